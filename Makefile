@@ -1,0 +1,27 @@
+# Two entry points: `make demo` (main job on built-in synthetic data) and `make test`.
+# Both create .venv and install the package on first use; only python3 (>= 3.11) is needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/lsd-dask demo
+
+test: $(STAMP)
+	$(BIN)/ruff check lsd_dask tests benchmarks
+	$(BIN)/python -m pytest -n 2 --timeout=900
+
+lint: $(STAMP)
+	$(BIN)/ruff check lsd_dask tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

@@ -1,0 +1,165 @@
+"""Input checks shared by every public entry point.
+
+Validation happens once, at the boundary (``fit`` or a public function); the private
+kernels behind it assume clean input.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+__all__ = [
+    "LSDDaskWarning",
+    "ClippedEigenvalueWarning",
+    "is_dask",
+    "check_array",
+    "check_labels",
+    "check_n_clusters",
+    "check_random_state",
+    "compute",
+]
+
+
+class LSDDaskWarning(UserWarning):
+    """Base class of the warnings this package issues."""
+
+
+class ClippedEigenvalueWarning(LSDDaskWarning):
+    """Leading eigenvalues of a similarity were negative or tiny and were clipped."""
+
+
+def is_dask(x: Any) -> bool:
+    """Return True when ``x`` is a dask array."""
+    return isinstance(x, da.Array)
+
+
+def compute(*arrays: Any) -> tuple[Any, ...]:
+    """Compute any dask arrays among ``arrays`` in one graph; pass the rest through.
+
+    All the small (K-sized) results of one iteration come from one ``dask.compute`` call,
+    so shared inputs are read once.
+    """
+    import dask
+
+    lazy = [i for i, a in enumerate(arrays) if is_dask(a)]
+    if not lazy:
+        return tuple(arrays)
+    done = dask.compute(*[arrays[i] for i in lazy])
+    out = list(arrays)
+    for i, v in zip(lazy, done, strict=True):
+        out[i] = v
+    return tuple(out)
+
+
+def check_array(
+    X: Any,
+    *,
+    name: str = "X",
+    ndim: int = 2,
+    dtype: tuple[type, ...] = (np.float64, np.float32),
+    min_samples: int = 1,
+    check_finite: bool = True,
+) -> Any:
+    """Validate a numpy, dask or zarr array and return numpy or dask.
+
+    Zarr arrays are wrapped lazily with ``dask.array.from_zarr``. Integer input is cast to
+    float64; float32 stays float32. Finiteness is checked eagerly for numpy and lazily for
+    dask (the check is part of the graph and raises when computed).
+
+    Raises
+    ------
+    ValueError
+        Wrong number of dimensions, too few samples, or non-finite values.
+    TypeError
+        Input that is not array-like.
+    """
+    X = _as_array(X)
+    if X.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {X.shape}.")
+    if X.shape[0] < min_samples:
+        raise ValueError(f"{name} has {X.shape[0]} samples; at least {min_samples} are needed.")
+    if X.dtype not in dtype:
+        X = X.astype(np.float64)
+    if check_finite:
+        if is_dask(X):
+            X = X.map_blocks(_raise_if_not_finite, name_of=name, dtype=X.dtype)
+        else:
+            _raise_if_not_finite(X, name_of=name)
+    return X
+
+
+def check_labels(labels: Any, *, name: str = "labels") -> np.ndarray:
+    """Return ``labels`` as a 1-D integer numpy array (computing a dask array)."""
+    if is_dask(labels):
+        labels = labels.compute()
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {labels.shape}.")
+    if labels.size and not np.issubdtype(labels.dtype, np.integer):
+        if not np.all(np.isfinite(labels)) or not np.all(labels == np.round(labels)):
+            raise ValueError(f"{name} must hold integer labels.")
+        labels = labels.astype(np.int64)
+    return labels.astype(np.int64, copy=False)
+
+
+def check_n_clusters(n_clusters: Any, n_samples: int, *, name: str = "n_clusters") -> int:
+    """Check that the number of clusters is an integer in [1, n_samples]."""
+    if not isinstance(n_clusters, numbers.Integral) or isinstance(n_clusters, bool):
+        raise TypeError(f"{name} must be an integer, got {n_clusters!r}.")
+    if n_clusters < 1:
+        raise ValueError(f"{name} must be >= 1, got {n_clusters}.")
+    if n_clusters > n_samples:
+        raise ValueError(
+            f"{name}={n_clusters} is larger than the number of samples ({n_samples}); "
+            f"choose at most {n_samples}."
+        )
+    return int(n_clusters)
+
+
+def check_random_state(seed: Any) -> np.random.Generator:
+    """Turn ``None``, an int, a ``Generator`` or a ``RandomState`` into a ``Generator``."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, np.random.RandomState):
+        return np.random.default_rng(seed.randint(0, 2**31 - 1))
+    if seed is None or isinstance(seed, numbers.Integral):
+        return np.random.default_rng(seed)
+    raise TypeError(f"random_state must be None, an int or a numpy Generator, got {seed!r}.")
+
+
+def warn(message: str, category: type[Warning] = LSDDaskWarning) -> None:
+    """Issue a package warning pointing at the caller's caller."""
+    warnings.warn(message, category, stacklevel=3)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _as_array(X: Any) -> Any:
+    if is_dask(X) or isinstance(X, np.ndarray):
+        return X
+    try:
+        import zarr
+
+        if isinstance(X, zarr.Array):
+            return da.from_zarr(X)
+    except ImportError:  # pragma: no cover - zarr is a hard dependency
+        pass
+    if hasattr(X, "__array__") or isinstance(X, list | tuple):
+        return np.asarray(X)
+    raise TypeError(f"expected a numpy, dask or zarr array, got {type(X).__name__}.")
+
+
+def _raise_if_not_finite(block: np.ndarray, name_of: str = "X") -> np.ndarray:
+    if not np.all(np.isfinite(block)):
+        bad = int(np.size(block) - np.count_nonzero(np.isfinite(block)))
+        raise ValueError(
+            f"{name_of} contains {bad} non-finite value(s) (NaN or inf); "
+            "mask or impute them before fitting."
+        )
+    return block

@@ -1,0 +1,96 @@
+"""K-sized reductions over row blocks: per-cluster sums and counts.
+
+These are the "small eager" half of every iterative clusterer: the samples × features
+array stays lazy and only arrays sized by the number of clusters come back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import is_dask
+
+__all__ = ["cluster_sums", "cluster_counts", "rows_like"]
+
+
+def cluster_sums(X: Any, labels: Any, n_clusters: int, *, weights: Any = None) -> Any:
+    """Sum the rows of ``X`` per cluster: ``S[c] = sum_{i: labels_i = c} w_i X_i``.
+
+    Parameters
+    ----------
+    X : ndarray or dask array of shape (n_samples, n_features)
+    labels : ndarray or dask array of shape (n_samples,)
+        Integers in ``[0, n_clusters)``; negative labels are skipped.
+    n_clusters : int
+    weights : array of shape (n_samples,), optional
+
+    Returns
+    -------
+    ndarray or dask array of shape (n_clusters, n_features), float64
+        Lazy when ``X`` is a dask array.
+    """
+    if not is_dask(X):
+        labels = np.asarray(labels)
+        w = None if weights is None else np.asarray(weights)
+        return _block_sums(np.asarray(X), labels, w, n_clusters)
+    labels = rows_like(labels, X)
+    args: list[Any] = [X, "ij", labels, "i"]
+    if weights is not None:
+        args += [rows_like(weights, X), "i"]
+    X2 = X.rechunk({1: -1}) if X.numblocks[1] > 1 else X
+    args[0] = X2
+    nb = X2.numblocks[0]
+    # one (n_clusters, n_features) partial sum per row block, stacked along rows
+    parts = da.blockwise(
+        _block_sums_kernel,
+        "ij",
+        *args,
+        n_clusters=n_clusters,
+        has_weights=weights is not None,
+        adjust_chunks={"i": n_clusters},
+        dtype=np.float64,
+        concatenate=True,
+    )
+    return parts.reshape((nb, n_clusters, X2.shape[1])).sum(axis=0)
+
+
+def cluster_counts(labels: Any, n_clusters: int, *, weights: Any = None) -> Any:
+    """Number (or total weight) of samples per cluster; lazy for dask labels."""
+    if is_dask(labels):
+        return da.bincount(labels, weights=weights, minlength=n_clusters)
+    return np.bincount(np.asarray(labels), weights=weights, minlength=n_clusters)
+
+
+def rows_like(v: Any, X: Any) -> Any:
+    """Return ``v`` (n_samples,) as a dask array chunked like the rows of ``X``."""
+    if is_dask(v):
+        return v.rechunk((X.chunks[0],)) if v.chunks[0] != X.chunks[0] else v
+    return da.from_array(np.asarray(v), chunks=(X.chunks[0],))
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _block_sums(
+    X: np.ndarray, labels: np.ndarray, w: np.ndarray | None, n_clusters: int
+) -> np.ndarray:
+    # a sparse one-hot product is far faster than np.add.at for wide rows
+    ok = np.flatnonzero(labels >= 0)
+    vals = np.ones(ok.size) if w is None else np.asarray(w, np.float64)[ok]
+    H = sp.csr_matrix((vals, (labels[ok], ok)), shape=(n_clusters, X.shape[0]))
+    return np.asarray(H @ X.astype(np.float64, copy=False))
+
+
+def _block_sums_kernel(
+    X: np.ndarray,
+    labels: np.ndarray,
+    w: np.ndarray | None = None,
+    *,
+    n_clusters: int,
+    has_weights: bool,
+) -> np.ndarray:
+    return _block_sums(X, labels, w if has_weights else None, n_clusters)

@@ -1,0 +1,390 @@
+"""Surface meshes: adjacency, connected regions, small-region removal, test meshes.
+
+Surface data are kept per hemisphere; when hemispheres are concatenated (left first), the
+faces of each later hemisphere are shifted by the number of vertices before it, so the
+combined adjacency is block diagonal and no edge crosses the midline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from ._validation import check_labels, check_random_state
+
+__all__ = [
+    "Mesh",
+    "mesh_adjacency",
+    "grid_adjacency",
+    "split_connected",
+    "connected_regions",
+    "grow_regions",
+    "icosphere",
+    "two_hemisphere_mesh",
+    "combine_meshes",
+    "smooth_on_mesh",
+]
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A triangle mesh.
+
+    Attributes
+    ----------
+    vertices : ndarray of shape (n_vertices, 3), float64
+    faces : ndarray of shape (n_faces, 3), int64
+        Vertex indices, counter-clockwise seen from outside.
+    """
+
+    vertices: np.ndarray
+    faces: np.ndarray
+
+    def __post_init__(self) -> None:
+        v, f = np.asarray(self.vertices), np.asarray(self.faces)
+        if v.ndim != 2 or v.shape[1] != 3:
+            raise ValueError(f"vertices must have shape (n, 3), got {v.shape}.")
+        if f.ndim != 2 or f.shape[1] != 3:
+            raise ValueError(f"faces must have shape (m, 3), got {f.shape}.")
+        if f.size and (f.min() < 0 or f.max() >= v.shape[0]):
+            raise ValueError("faces index vertices that do not exist.")
+
+    @property
+    def n_vertices(self) -> int:
+        return int(self.vertices.shape[0])
+
+    def adjacency(self) -> sp.csr_matrix:
+        """Sparse symmetric vertex adjacency of this mesh."""
+        return mesh_adjacency(self.faces, self.n_vertices)
+
+
+def mesh_adjacency(
+    faces: np.ndarray | Sequence[np.ndarray], n_vertices: int | Sequence[int]
+) -> sp.csr_matrix:
+    """Sparse vertex adjacency from triangle faces.
+
+    Parameters
+    ----------
+    faces : ndarray of shape (n_faces, 3), or a sequence of them (one per hemisphere)
+    n_vertices : int, or a sequence of ints (one per hemisphere)
+        With sequences, hemisphere h's indices are offset by the vertex count of the
+        hemispheres before it.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of shape (n_total, n_total), bool
+        Symmetric, with an empty diagonal.
+    """
+    if isinstance(n_vertices, Sequence) and not isinstance(n_vertices, str | bytes):
+        face_list = list(faces)
+        if len(face_list) != len(n_vertices):
+            raise ValueError("give one faces array per entry of n_vertices.")
+        offsets = np.concatenate([[0], np.cumsum(n_vertices)[:-1]])
+        for f, n in zip(face_list, n_vertices, strict=True):
+            _check_faces(np.asarray(f), int(n))
+        faces_all = np.concatenate(
+            [np.asarray(f, np.int64) + o for f, o in zip(face_list, offsets, strict=True)]
+        )
+        total = int(np.sum(n_vertices))
+    else:
+        faces_all = np.asarray(faces, np.int64)
+        total = int(n_vertices)
+        _check_faces(faces_all, total)
+    i = faces_all[:, [0, 1, 2, 1, 2, 0]].ravel()
+    j = faces_all[:, [1, 2, 0, 0, 1, 2]].ravel()
+    A = sp.coo_matrix((np.ones(i.size, bool), (i, j)), shape=(total, total)).tocsr()
+    A.setdiag(False)
+    A.eliminate_zeros()
+    A.sum_duplicates()
+    return A.astype(bool)
+
+
+def grid_adjacency(n_rows: int, n_cols: int) -> sp.csr_matrix:
+    """4-neighbour adjacency of an ``n_rows × n_cols`` pixel grid (row-major indices)."""
+    idx = np.arange(n_rows * n_cols).reshape(n_rows, n_cols)
+    i = np.concatenate([idx[:, :-1].ravel(), idx[:-1, :].ravel()])
+    j = np.concatenate([idx[:, 1:].ravel(), idx[1:, :].ravel()])
+    n = n_rows * n_cols
+    A = sp.coo_matrix((np.ones(i.size, bool), (i, j)), shape=(n, n))
+    return (A + A.T).tocsr().astype(bool)
+
+
+def split_connected(
+    labels: Any,
+    adjacency: sp.spmatrix,
+    *,
+    min_size: int = 20,
+    background: int = 0,
+) -> np.ndarray:
+    """Split every label into its spatially connected regions; drop small ones.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_vertices,)
+        Integer parcellation; ``background`` marks vertices outside any parcel.
+    adjacency : sparse matrix of shape (n_vertices, n_vertices)
+        Vertex adjacency (:func:`mesh_adjacency`).
+    min_size : int, default=20
+        Regions with fewer vertices become background (Blumensath et al. use 20).
+    background : int, default=0
+
+    Returns
+    -------
+    ndarray of shape (n_vertices,), int64
+        Regions numbered ``1..R`` in order of their original label, then of their lowest
+        vertex index; ``0`` for background and dropped regions.
+    """
+    regions = connected_regions(labels, adjacency, background=background)
+    out = np.zeros(regions.size, np.int64)
+    fg = regions >= 0
+    if not np.any(fg):
+        return out
+    sizes = np.bincount(regions[fg])
+    keep = sizes >= min_size
+    lab = check_labels(labels)
+    # order regions by original label, then lowest vertex index
+    first = np.full(sizes.size, np.iinfo(np.int64).max)
+    np.minimum.at(first, regions[fg], np.flatnonzero(fg))
+    region_label = lab[first[np.arange(sizes.size)].clip(max=lab.size - 1)]
+    kept = np.flatnonzero(keep)
+    order = kept[np.lexsort((first[kept], region_label[kept]))]
+    new_id = np.zeros(sizes.size, np.int64)
+    new_id[order] = np.arange(1, order.size + 1)
+    out[fg] = new_id[regions[fg]]
+    return out
+
+
+def connected_regions(
+    labels: Any, adjacency: sp.spmatrix, *, background: int | None = 0
+) -> np.ndarray:
+    """Connected-region index of every vertex (``-1`` for background).
+
+    Two adjacent vertices are in the same region when they carry the same label.
+    """
+    lab = check_labels(labels)
+    A = sp.coo_matrix(adjacency)
+    if A.shape != (lab.size, lab.size):
+        raise ValueError(
+            f"adjacency has shape {A.shape} but labels has {lab.size} vertices; "
+            "build the adjacency from the same mesh (both hemispheres, same order)."
+        )
+    same = lab[A.row] == lab[A.col]
+    if background is not None:
+        same &= lab[A.row] != background
+    G = sp.coo_matrix((np.ones(same.sum()), (A.row[same], A.col[same])), shape=A.shape)
+    _, comp = connected_components(G, directed=False)
+    if background is None:
+        return comp.astype(np.int64)
+    out = np.full(lab.size, -1, np.int64)
+    fg = lab != background
+    _, out[fg] = np.unique(comp[fg], return_inverse=True)
+    return out
+
+
+def grow_regions(
+    adjacency: sp.spmatrix,
+    n_regions: int,
+    *,
+    random_state: Any = None,
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Grow ``n_regions`` connected regions from random seeds until the graph is covered.
+
+    Blumensath et al.'s procedure: pick seeds at random, then repeatedly add one randomly
+    chosen unassigned neighbour to one randomly chosen region.
+
+    Parameters
+    ----------
+    adjacency : sparse matrix of shape (n, n)
+    n_regions : int
+    random_state : int, Generator or None
+    mask : bool ndarray of shape (n,), optional
+        Vertices that may be assigned; the rest stay ``-1``.
+
+    Returns
+    -------
+    ndarray of shape (n,), int64
+        Region ``0..n_regions-1`` of each vertex; ``-1`` for vertices outside ``mask`` or
+        unreachable from every seed.
+    """
+    rng = check_random_state(random_state)
+    A = sp.csr_matrix(adjacency)
+    n = A.shape[0]
+    allowed = np.ones(n, bool) if mask is None else np.asarray(mask, bool)
+    candidates = np.flatnonzero(allowed)
+    if n_regions > candidates.size:
+        raise ValueError(f"cannot grow {n_regions} regions on {candidates.size} vertices.")
+    seeds = rng.choice(candidates, size=n_regions, replace=False)
+    out = np.full(n, -1, np.int64)
+    out[seeds] = np.arange(n_regions)
+    indptr, indices = A.indptr, A.indices
+    frontier: list[list[int]] = []
+    for s in seeds:
+        nb = indices[indptr[s] : indptr[s + 1]]
+        frontier.append([int(v) for v in nb if allowed[v] and out[v] < 0])
+    active = [r for r in range(n_regions) if frontier[r]]
+    while active:
+        k = int(rng.integers(len(active)))
+        r = active[k]
+        f = frontier[r]
+        j = int(rng.integers(len(f)))
+        v = f[j]
+        f[j] = f[-1]
+        f.pop()
+        if out[v] < 0:
+            out[v] = r
+            nb = indices[indptr[v] : indptr[v + 1]]
+            f.extend(int(u) for u in nb if allowed[u] and out[u] < 0)
+        if not f:
+            active[k] = active[-1]
+            active.pop()
+    return out
+
+
+def icosphere(frequency: int = 8, *, radius: float = 100.0) -> Mesh:
+    """Geodesic icosahedral sphere with ``10 * frequency**2 + 2`` vertices.
+
+    Every face of the icosahedron is cut into ``frequency**2`` triangles and the points are
+    pushed onto the sphere. ``frequency = 2**s`` is the usual s-fold subdivision:
+    ``frequency=32`` gives 10,242 vertices (fsaverage5's count per hemisphere) and
+    ``frequency=57`` gives 32,492 (32k_fs_LR's count per hemisphere).
+    """
+    if int(frequency) < 1:
+        raise ValueError(f"frequency must be >= 1, got {frequency}.")
+    n = int(frequency)
+    base_v, base_f = _icosahedron()
+    keys: dict[tuple[tuple[int, int], ...], int] = {}
+    coords: list[np.ndarray] = []
+
+    def vertex(a: int, b: int, c: int, i: int, j: int) -> int:
+        # barycentric point (n-i-j, i, j)/n on face (a, b, c); an exact integer key makes
+        # points on shared edges and corners coincide between faces
+        w = {a: n - i - j, b: i, c: j}
+        key = tuple(sorted((k, v) for k, v in w.items() if v))
+        idx = keys.get(key)
+        if idx is None:
+            idx = len(coords)
+            keys[key] = idx
+            p = ((n - i - j) * base_v[a] + i * base_v[b] + j * base_v[c]) / n
+            coords.append(p)
+        return idx
+
+    faces: list[tuple[int, int, int]] = []
+    for a, b, c in base_f:
+        grid = {}
+        for i in range(n + 1):
+            for j in range(n + 1 - i):
+                grid[i, j] = vertex(a, b, c, i, j)
+        for i in range(n):
+            for j in range(n - i):
+                faces.append((grid[i, j], grid[i + 1, j], grid[i, j + 1]))
+                if i + j < n - 1:
+                    faces.append((grid[i + 1, j], grid[i + 1, j + 1], grid[i, j + 1]))
+    V = np.asarray(coords)
+    V = radius * V / np.linalg.norm(V, axis=1, keepdims=True)
+    return Mesh(vertices=V, faces=np.asarray(faces, np.int64))
+
+
+def two_hemisphere_mesh(
+    frequency: int = 57, frequency_right: int | None = None, *, radius: float = 100.0
+) -> dict[str, Mesh]:
+    """Left and right icospheres side by side, a stand-in for a cortical surface.
+
+    ``frequency=57`` gives 2 × 32,492 = 64,984 vertices like 32k_fs_LR. Give a different
+    ``frequency_right`` for an asymmetric test mesh (unequal counts catch hemisphere
+    mix-ups).
+    """
+    left = icosphere(frequency, radius=radius)
+    right = icosphere(frequency if frequency_right is None else frequency_right, radius=radius)
+    shift = np.array([1.2 * radius, 0.0, 0.0])
+    return {
+        "left": Mesh(left.vertices - shift, left.faces),
+        "right": Mesh(right.vertices + shift, right.faces),
+    }
+
+
+def combine_meshes(meshes: dict[str, Mesh] | Sequence[Mesh]) -> tuple[Mesh, np.ndarray]:
+    """Concatenate hemispheres into one mesh; return it and each hemisphere's offset."""
+    parts = list(meshes.values()) if isinstance(meshes, dict) else list(meshes)
+    offsets = np.concatenate([[0], np.cumsum([m.n_vertices for m in parts])[:-1]])
+    V = np.concatenate([m.vertices for m in parts])
+    F = np.concatenate([m.faces + o for m, o in zip(parts, offsets, strict=True)])
+    return Mesh(V, F), offsets.astype(np.int64)
+
+
+def smooth_on_mesh(data: np.ndarray, adjacency: sp.spmatrix, n_iter: int = 1) -> np.ndarray:
+    """Average every vertex with its neighbours ``n_iter`` times (a discrete heat kernel).
+
+    Parameters
+    ----------
+    data : ndarray of shape (n_vertices, ...)
+    adjacency : sparse matrix of shape (n_vertices, n_vertices)
+    """
+    A = sp.csr_matrix(adjacency, dtype=np.float64)
+    A = A + sp.identity(A.shape[0], format="csr")
+    W = sp.diags(1.0 / np.asarray(A.sum(axis=1)).ravel()) @ A
+    out = data
+    for _ in range(int(n_iter)):
+        out = W @ out
+    return np.asarray(out, dtype=data.dtype)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_faces(faces: np.ndarray, n_vertices: int) -> None:
+    if faces.ndim != 2 or faces.shape[1] != 3:
+        raise ValueError(f"faces must have shape (m, 3), got {faces.shape}.")
+    if faces.size and (faces.min() < 0 or faces.max() >= n_vertices):
+        raise ValueError(
+            f"faces index vertex {int(faces.max())} but the mesh has {n_vertices} vertices."
+        )
+
+
+def _icosahedron() -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    t = (1.0 + 5.0**0.5) / 2.0
+    V = np.array(
+        [
+            [-1, t, 0],
+            [1, t, 0],
+            [-1, -t, 0],
+            [1, -t, 0],
+            [0, -1, t],
+            [0, 1, t],
+            [0, -1, -t],
+            [0, 1, -t],
+            [t, 0, -1],
+            [t, 0, 1],
+            [-t, 0, -1],
+            [-t, 0, 1],
+        ],
+        dtype=np.float64,
+    )
+    F = [
+        (0, 11, 5),
+        (0, 5, 1),
+        (0, 1, 7),
+        (0, 7, 10),
+        (0, 10, 11),
+        (1, 5, 9),
+        (5, 11, 4),
+        (11, 10, 2),
+        (10, 7, 6),
+        (7, 1, 8),
+        (3, 9, 4),
+        (3, 4, 2),
+        (3, 2, 6),
+        (3, 6, 8),
+        (3, 8, 9),
+        (4, 9, 5),
+        (2, 4, 11),
+        (6, 2, 10),
+        (8, 6, 7),
+        (9, 8, 1),
+    ]
+    return V, F

@@ -1,0 +1,96 @@
+import numpy as np
+import pytest
+
+from lsd_dask import surface as S
+
+
+def test_mesh_adjacency_single_triangle_pair():
+    faces = np.array([[0, 1, 2], [1, 3, 2]])
+    A = S.mesh_adjacency(faces, 4).toarray()
+    expected = np.zeros((4, 4), bool)
+    for i, j in [(0, 1), (1, 2), (0, 2), (1, 3), (2, 3)]:
+        expected[i, j] = expected[j, i] = True
+    np.testing.assert_array_equal(A, expected)
+
+
+def test_mesh_adjacency_two_hemispheres_offset(tiny_meshes):
+    lh, rh = tiny_meshes["left"], tiny_meshes["right"]
+    A = S.mesh_adjacency([lh.faces, rh.faces], [lh.n_vertices, rh.n_vertices])
+    n_l = lh.n_vertices
+    assert A.shape == (n_l + rh.n_vertices,) * 2
+    assert A[:n_l, n_l:].nnz == 0  # no edge across the midline
+    np.testing.assert_array_equal(A[n_l:, n_l:].toarray(), rh.adjacency().toarray())
+    assert (A != A.T).nnz == 0
+
+
+def test_mesh_adjacency_rejects_bad_faces():
+    with pytest.raises(ValueError, match="index vertex"):
+        S.mesh_adjacency(np.array([[0, 1, 5]]), 3)
+
+
+@pytest.mark.parametrize("freq", [1, 2, 3, 5])
+def test_icosphere_counts_and_euler(freq):
+    m = S.icosphere(freq)
+    A = m.adjacency()
+    n_edges = A.nnz // 2
+    assert m.n_vertices == 10 * freq**2 + 2
+    assert m.n_vertices - n_edges + m.faces.shape[0] == 2  # a sphere
+    np.testing.assert_allclose(np.linalg.norm(m.vertices, axis=1), 100.0)
+
+
+def test_mission_size_mesh():
+    meshes = S.two_hemisphere_mesh(57)
+    assert [m.n_vertices for m in meshes.values()] == [32492, 32492]  # 32k_fs_LR
+    assert S.icosphere(32).n_vertices == 10242  # fsaverage5
+
+
+def test_split_connected_splits_and_drops(tiny_meshes):
+    lh, rh = tiny_meshes["left"], tiny_meshes["right"]
+    A = S.mesh_adjacency([lh.faces, rh.faces], [lh.n_vertices, rh.n_vertices])
+    n_l, n = lh.n_vertices, A.shape[0]
+    # one label over both hemispheres -> two regions, one per hemisphere
+    labels = np.ones(n, int)
+    out = S.split_connected(labels, A, min_size=1)
+    assert set(np.unique(out)) == {1, 2}
+    assert np.all(out[:n_l] == 1) and np.all(out[n_l:] == 2)
+    # the smaller hemisphere is dropped when min_size is above its size
+    out = S.split_connected(labels, A, min_size=n_l + 1)
+    assert np.all(out[:n_l] == 0) and np.all(out[n_l:] == 1)
+
+
+def test_split_connected_path_graph():
+    # path 0-1-2-3-4-5 with labels a a b a a a: label a has regions {0,1} and {3,4,5}
+    import scipy.sparse as sp
+
+    i = np.arange(5)
+    A = sp.coo_matrix((np.ones(5), (i, i + 1)), shape=(6, 6))
+    A = (A + A.T).tocsr()
+    lab = np.array([4, 4, 9, 4, 4, 4])
+    np.testing.assert_array_equal(S.split_connected(lab, A, min_size=1), [1, 1, 3, 2, 2, 2])
+    np.testing.assert_array_equal(S.split_connected(lab, A, min_size=2), [1, 1, 0, 2, 2, 2])
+    np.testing.assert_array_equal(S.split_connected(lab, A, min_size=3), [0, 0, 0, 1, 1, 1])
+    # background stays background and does not join regions
+    lab0 = np.array([4, 4, 0, 4, 4, 0])
+    np.testing.assert_array_equal(S.split_connected(lab0, A, min_size=1), [1, 1, 0, 2, 2, 0])
+
+
+def test_split_connected_shape_mismatch(tiny_meshes):
+    A = tiny_meshes["left"].adjacency()
+    with pytest.raises(ValueError, match="same mesh"):
+        S.split_connected(np.ones(A.shape[0] + 1, int), A)
+
+
+def test_grow_regions_connected_and_cover():
+    A = S.grid_adjacency(16, 16)
+    r = S.grow_regions(A, 7, random_state=3)
+    assert np.all(r >= 0)
+    assert set(np.unique(r)) == set(range(7))
+    # each grown region is one connected piece
+    assert S.connected_regions(r, A, background=None).max() + 1 == 7
+    np.testing.assert_array_equal(r, S.grow_regions(A, 7, random_state=3))
+
+
+def test_smooth_on_mesh_preserves_constant(tiny_meshes):
+    A = tiny_meshes["right"].adjacency()
+    x = np.full((A.shape[0], 3), 2.5)
+    np.testing.assert_allclose(S.smooth_on_mesh(x, A, 3), 2.5)
