@@ -1,0 +1,73 @@
+"""Shared pieces of the clustering estimators."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from sklearn.base import BaseEstimator, ClusterMixin
+
+__all__ = ["ClusterBase", "check_params"]
+
+
+class ClusterBase(ClusterMixin, BaseEstimator):
+    """scikit-learn estimator base: ``get_params``/``set_params``, ``fit_predict``.
+
+    Subclasses declare ``_parameter_constraints`` (name -> tuple of allowed values, a type,
+    or a ``(type, low, high)`` interval) checked once at the start of ``fit``.
+    """
+
+    _parameter_constraints: dict[str, Any] = {}
+
+    def _check_params(self) -> None:
+        check_params(self, self._parameter_constraints)
+
+
+def check_params(est: Any, constraints: dict[str, Any]) -> None:
+    """Validate the constructor parameters of ``est`` against ``constraints``.
+
+    A constraint is a list of alternatives, each one of: a tuple/frozenset of allowed values,
+    a type (isinstance), ``None``, or an interval ``("int"|"real", low, high)`` with
+    ``None`` for an open end (bounds inclusive).
+    """
+    for name, alternatives in constraints.items():
+        value = getattr(est, name)
+        if not any(_matches(value, alt) for alt in alternatives):
+            raise ValueError(
+                f"{type(est).__name__}: invalid {name}={value!r}; allowed: "
+                + ", ".join(_describe(a) for a in alternatives)
+                + "."
+            )
+
+
+def _matches(value: Any, alt: Any) -> bool:
+    if alt is None:
+        return value is None
+    if isinstance(alt, frozenset | set):
+        return isinstance(value, str) and value in alt
+    if isinstance(alt, type):
+        return isinstance(value, alt)
+    if isinstance(alt, tuple) and len(alt) == 3 and alt[0] in ("int", "real"):
+        kind, lo, hi = alt
+        ok_type = (
+            isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            if kind == "int"
+            else isinstance(value, numbers.Real) and not isinstance(value, bool)
+        )
+        return bool(ok_type and (lo is None or value >= lo) and (hi is None or value <= hi))
+    if callable(alt):
+        return bool(alt(value))
+    return False
+
+
+def _describe(alt: Any) -> str:
+    if alt is None:
+        return "None"
+    if isinstance(alt, frozenset | set):
+        return "one of " + "/".join(sorted(map(repr, alt)))
+    if isinstance(alt, type):
+        return f"a {alt.__name__}"
+    if isinstance(alt, tuple):
+        kind, lo, hi = alt
+        return f"{'an integer' if kind == 'int' else 'a number'} in [{lo}, {hi}]"
+    return getattr(alt, "__doc__", None) or repr(alt)

@@ -1,0 +1,196 @@
+"""Hierarchical (divisive) LSD clustering, Arora et al. section 3.3.
+
+Start with every sample in one leaf. Repeatedly split the leaf with the smallest average
+within-cluster similarity ``w(C) = 2 / (n (n + 1)) sum_{i <= j in C} K_ij`` into two with
+LSD for k = 2 (closed form, no iterations), until there are ``n_clusters`` leaves.
+
+How a leaf splits depends only on its members, never on the order of splits. So the splits
+of several leaves are computed concurrently (Dask tasks: threads, or the workers of a
+connected ``distributed`` client), and the greedy order is applied afterwards; the result
+equals the sequential algorithm's exactly.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+
+from .._validation import check_n_clusters, check_random_state, is_dask, warn
+from ..similarity import SIMILARITIES, SimilarityFactor
+from ._base import ClusterBase
+from .lsd import _lsd, _similarity_operator, _SimilarityOperator
+
+__all__ = ["HierarchicalLSD"]
+
+
+@dataclass(frozen=True)
+class Split:
+    """One step of the tree: ``parent`` split into ``children``."""
+
+    parent: int
+    children: tuple[int, int]
+    size: int
+    similarity: float
+
+
+class HierarchicalLSD(ClusterBase):
+    """Divisive clustering by repeated two-way LSD splits (Arora et al. 2013, §3.3).
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    similarity : {"cosine", "shifted_cosine", "rbf", "precomputed"}, default="cosine"
+        As for :class:`~lsd_dask.cluster.LSD`. The similarity of a leaf is the restriction of
+        the full similarity to its samples.
+    gamma, n_landmarks : see :class:`~lsd_dask.cluster.LSD`
+    concurrent : bool, default=True
+        Split several leaves at once as Dask tasks. ``False`` runs the textbook sequential
+        loop (one split per step); both give identical labels.
+    random_state : int, Generator or None
+        Seeds the RBF landmarks and bandwidth subsample (the k = 2 splits are deterministic).
+
+    Attributes
+    ----------
+    labels_ : ndarray or dask array of shape (n_samples,)
+        Leaves numbered in the order they were created.
+    tree_ : list of Split
+        The splits in the greedy order.
+    leaf_similarity_ : ndarray of shape (n_clusters_,)
+        ``w(C)`` of each final leaf.
+    n_clusters_ : int
+        Leaves produced (smaller than ``n_clusters`` only when no leaf could be split).
+    """
+
+    _parameter_constraints = {
+        "n_clusters": [("int", 1, None)],
+        "similarity": [frozenset(SIMILARITIES)],
+        "gamma": [None, ("real", 0, None)],
+        "n_landmarks": [("int", 2, None)],
+        "concurrent": [bool],
+        "random_state": [None, numbers.Integral, np.random.Generator],
+    }
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        similarity: str = "cosine",
+        gamma: float | None = None,
+        n_landmarks: int = 1000,
+        concurrent: bool = True,
+        random_state: Any = None,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.similarity = similarity
+        self.gamma = gamma
+        self.n_landmarks = n_landmarks
+        self.concurrent = concurrent
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None) -> HierarchicalLSD:
+        """Fit to features X (n_samples × n_features) or a precomputed similarity."""
+        self._check_params()
+        rng = check_random_state(self.random_state)
+        op = _similarity_operator(
+            X, self.similarity, gamma=self.gamma, n_landmarks=self.n_landmarks, rng=rng
+        )
+        k = check_n_clusters(self.n_clusters, op.n)
+        data = op.K if op.factor is None else op.factor.F
+        dense = op.factor is None
+        chunks = data.chunks[0] if is_dask(data) else None
+        if is_dask(data):
+            data = data.compute()  # leaves index arbitrary rows: one in-memory copy
+        labels, tree, w = _divisive(data, dense, k, concurrent=self.concurrent)
+        self.tree_ = tree
+        self.leaf_similarity_ = w
+        self.n_clusters_ = int(w.size)
+        self.labels_ = da.from_array(labels, chunks=chunks) if chunks is not None else labels
+        self.gamma_ = op.gamma
+        return self
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _divisive(
+    data: np.ndarray, dense: bool, k: int, *, concurrent: bool
+) -> tuple[np.ndarray, list[Split], np.ndarray]:
+    n = data.shape[0]
+    members: dict[int, np.ndarray] = {0: np.arange(n)}
+    sim: dict[int, float] = {0: _leaf_similarity(data, dense, members[0])}
+    splits: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+    leaves = [0]
+    next_id = 1
+    tree: list[Split] = []
+    payload = dask.delayed(data, pure=True) if concurrent else data
+    while len(leaves) < k:
+        candidates = sorted(
+            (lf for lf in leaves if splits.get(lf, ()) is not None and members[lf].size >= 2),
+            key=lambda lf: (sim[lf], lf),
+        )
+        if not candidates:
+            warn(f"no leaf can be split further; stopping at {len(leaves)} clusters.")
+            break
+        target = candidates[0]
+        if target not in splits:
+            if concurrent:
+                # speculatively split the leaves the greedy order may take next
+                todo = [lf for lf in candidates[: k - len(leaves)] if lf not in splits]
+                tasks = [dask.delayed(_split_leaf)(payload, members[lf], dense) for lf in todo]
+                for lf, res in zip(todo, dask.compute(*tasks), strict=True):
+                    splits[lf] = res
+            else:
+                splits[target] = _split_leaf(data, members[target], dense)
+            if splits[target] is None:
+                continue
+        left, right = splits.pop(target)  # type: ignore[misc]
+        ids = (next_id, next_id + 1)
+        next_id += 2
+        for cid, idx in zip(ids, (left, right), strict=True):
+            members[cid] = idx
+            sim[cid] = _leaf_similarity(data, dense, idx)
+        tree.append(Split(target, ids, int(members[target].size), sim[target]))
+        leaves.remove(target)
+        leaves.extend(ids)
+    labels = np.empty(n, np.int64)
+    order = sorted(leaves)
+    for j, lf in enumerate(order):
+        labels[members[lf]] = j
+    return labels, tree, np.array([sim[lf] for lf in order])
+
+
+def _split_leaf(
+    data: np.ndarray, idx: np.ndarray, dense: bool
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Two-way LSD of the samples ``idx``; None when the leaf cannot be split."""
+    if dense:
+        op = _SimilarityOperator(n=idx.size, K=data[np.ix_(idx, idx)])
+    else:
+        op = _SimilarityOperator(n=idx.size, factor=SimilarityFactor(data[idx], "leaf"))
+    try:
+        with np.errstate(all="ignore"):
+            res = _lsd(op, 2, solver="rotation", max_iter=0, tol=0.0, rng=np.random.default_rng(0))
+    except (ValueError, np.linalg.LinAlgError):
+        return None
+    side = np.asarray(res.P[:, 1] > res.P[:, 0])
+    if side.all() or not side.any():
+        return None
+    return idx[~side], idx[side]
+
+
+def _leaf_similarity(data: np.ndarray, dense: bool, idx: np.ndarray) -> float:
+    """``w(C)``: mean of K over pairs i <= j of the leaf."""
+    n = idx.size
+    if dense:
+        sub = data[np.ix_(idx, idx)]
+        total = (sub.sum() + np.trace(sub)) / 2.0
+    else:
+        F = data[idx].astype(np.float64, copy=False)
+        s = F.sum(axis=0)
+        total = (s @ s + np.einsum("ij,ij->", F, F)) / 2.0
+    return float(2.0 * total / (n * (n + 1)))

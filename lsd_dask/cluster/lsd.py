@@ -1,0 +1,451 @@
+"""Left-stochastic decomposition (LSD) clustering.
+
+Model: ``c K ≈ P^T P`` with P (k × n) left-stochastic (columns on the probability simplex);
+the hard label of sample j is ``argmax_i P_ij``.
+
+References
+----------
+.. [1] R. Arora, M. R. Gupta, A. Kapila, M. Fazel (2013). Similarity-based clustering by
+   left-stochastic matrix factorization. JMLR 14, 1715-1746. Algorithm 1, Subroutines 1-2,
+   section 3.1 (multiplicative updates), Proposition 2 (scaling factor).
+
+Notes
+-----
+Memory: features stay n × d (lazy for dask input); everything the solvers hold is n × k
+(one row per sample, persisted between iterations for dask input) or k × k. No n × n array
+is formed except for a dense ``similarity="precomputed"`` input or an exact RBF kernel on at
+most 3000 samples.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from .._validation import (
+    ClippedEigenvalueWarning,
+    check_array,
+    check_n_clusters,
+    check_random_state,
+    compute,
+    is_dask,
+    warn,
+)
+from ..linalg.eigen import top_eigenpairs, top_eigenpairs_from_factor
+from ..linalg.rotations import procrustes_about_axis, rotate_givens
+from ..linalg.simplex import project_rows_simplex
+from ..similarity import SIMILARITIES, SimilarityFactor, gram_factor, median_bandwidth, rbf_kernel
+from ._base import ClusterBase
+
+__all__ = ["LSD", "lsd_scale"]
+
+_EXACT_RBF_MAX = 3000
+_TINY = 1e-8
+
+
+class LSD(ClusterBase):
+    """Left-stochastic decomposition clustering (Arora et al. 2013).
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    solver : {"rotation", "multiplicative"}, default="rotation"
+        "rotation": Algorithm 1 (eigen factorisation, hyperplane and Givens rotations, then
+        Rotate_Simplex by alternating Procrustes fits; no iterations for k = 2).
+        "multiplicative": damped Lee–Seung updates on ``||cK - P^T P||`` with each column
+        projected onto the simplex every iteration (section 3.1).
+    similarity : {"cosine", "shifted_cosine", "rbf", "precomputed"}, default="cosine"
+        How ``X`` becomes a similarity. "precomputed": ``X`` is the n × n similarity.
+        "cosine": cosine of rows (``F F^T`` with unit rows F). "shifted_cosine":
+        ``(1 + cos) / 2``, non-negative and still a Gram matrix. "rbf":
+        ``exp(-gamma ||x - y||^2)``, exact on up to 3000 numpy samples, Nyström features
+        otherwise.
+    gamma : float, optional
+        RBF parameter; default: the median heuristic ``1 / (2 median_dist^2)`` over a seeded
+        subsample of 1000 rows.
+    n_landmarks : int, default=1000
+        Nyström landmarks for RBF on large or dask input.
+    max_iter : int, default=500
+        Iterations of Rotate_Simplex or of the multiplicative updates.
+    tol : float, default=1e-8
+        Relative decrease under which iterations stop.
+    random_state : int, Generator or None
+        Seeds Nyström landmarks, the bandwidth subsample, randomized eigen solvers and the
+        multiplicative solver's start.
+
+    Attributes
+    ----------
+    labels_ : ndarray or dask array of shape (n_samples,)
+    probabilities_ : ndarray or dask array of shape (n_clusters, n_samples)
+        Left-stochastic P.
+    scale_ : float
+        The scaling factor c* of Proposition 2.
+    objective_ : float
+        ``||c* K - P^T P||_F^2`` (with Nyström K for large RBF).
+    n_iter_ : int
+    eigenvalues_ : ndarray of shape (n_clusters,)
+        Leading eigenvalues of the (unscaled) similarity.
+    rotation_ : ndarray of shape (n_clusters, n_clusters)
+        The final rotation applied after the Givens step (rotation solver).
+    gamma_ : float or None
+    """
+
+    _parameter_constraints = {
+        "n_clusters": [("int", 1, None)],
+        "solver": [frozenset({"rotation", "multiplicative"})],
+        "similarity": [frozenset(SIMILARITIES)],
+        "gamma": [None, ("real", 0, None)],
+        "n_landmarks": [("int", 2, None)],
+        "max_iter": [("int", 0, None)],
+        "tol": [("real", 0, None)],
+        "random_state": [None, numbers.Integral, np.random.Generator],
+    }
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        solver: str = "rotation",
+        similarity: str = "cosine",
+        gamma: float | None = None,
+        n_landmarks: int = 1000,
+        max_iter: int = 500,
+        tol: float = 1e-8,
+        random_state: Any = None,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.solver = solver
+        self.similarity = similarity
+        self.gamma = gamma
+        self.n_landmarks = n_landmarks
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None) -> LSD:
+        """Fit LSD to features X (n_samples × n_features) or a precomputed similarity."""
+        self._check_params()
+        rng = check_random_state(self.random_state)
+        op = _similarity_operator(
+            X, self.similarity, gamma=self.gamma, n_landmarks=self.n_landmarks, rng=rng
+        )
+        k = check_n_clusters(self.n_clusters, op.n)
+        res = _lsd(op, k, solver=self.solver, max_iter=self.max_iter, tol=self.tol, rng=rng)
+        self.probabilities_ = res.P.T
+        self.labels_ = res.P.argmax(axis=1)
+        self.scale_ = res.scale
+        self.objective_ = res.objective
+        self.n_iter_ = res.n_iter
+        self.eigenvalues_ = res.eigenvalues
+        self.rotation_ = res.rotation
+        self.gamma_ = op.gamma
+        return self
+
+
+def lsd_scale(eigvals: np.ndarray, ones_proj: np.ndarray) -> float:
+    """Scaling factor of Proposition 2: ``c* = (1/k) sum_i (v_i^T 1)^2 / lambda_i``.
+
+    Parameters
+    ----------
+    eigvals : ndarray of shape (k,), positive
+    ones_proj : ndarray of shape (k,), ``v_i^T 1_n`` for the eigenvectors
+    """
+    eigvals = np.asarray(eigvals, np.float64)
+    return float(np.sum(np.asarray(ones_proj, np.float64) ** 2 / eigvals) / eigvals.size)
+
+
+# --------------------------------------------------------------------------- operator
+
+
+@dataclass
+class _SimilarityOperator:
+    """K as a dense matrix or a factor; only the products the solvers need."""
+
+    n: int
+    K: Any = None  # dense (numpy or dask)
+    factor: SimilarityFactor | None = None
+    gamma: float | None = None
+
+    @property
+    def is_lazy(self) -> bool:
+        return is_dask(self.K if self.factor is None else self.factor.F)
+
+    def eigenpairs(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, Any]:
+        if self.factor is not None:
+            return top_eigenpairs_from_factor(self.factor.F, k, random_state=rng)
+        return top_eigenpairs(self.K, k, random_state=rng)
+
+    def matmul(self, P: Any) -> Any:
+        """``K @ P`` for P (n × k); for a factor, ``F (F^T P)`` with F^T P computed small."""
+        if self.factor is None:
+            return self.K @ P
+        F = self.factor.F
+        (FtP,) = compute(F.T @ P)
+        return F @ np.asarray(FtP)
+
+    def objective_terms(self, P: Any) -> tuple[Any, Any]:
+        """Lazy ``(tr(P^T K P), ||P^T P||_F^2)``."""
+        if self.factor is None:
+            quad = (P * (self.K @ P)).sum()
+        else:
+            FtP = self.factor.F.T @ P
+            quad = (FtP * FtP).sum()
+        PtP = P.T @ P
+        return quad, (PtP * PtP).sum()
+
+    def frobenius2(self) -> float:
+        if self.factor is None:
+            (v,) = compute((self.K * self.K).sum())
+        else:
+            F = self.factor.F
+            (FtF,) = compute(F.T @ F)
+            v = np.sum(np.asarray(FtF, np.float64) ** 2)
+        return float(v)
+
+
+def _similarity_operator(
+    X: Any, kind: str, *, gamma: float | None, n_landmarks: int, rng: np.random.Generator
+) -> _SimilarityOperator:
+    if kind == "precomputed":
+        K = check_array(X, name="similarity matrix")
+        if K.shape[0] != K.shape[1]:
+            raise ValueError(f"a precomputed similarity must be square, got shape {K.shape}.")
+        if not is_dask(K) and not np.allclose(K, K.T, atol=1e-8 * max(1.0, np.abs(K).max())):
+            raise ValueError("the precomputed similarity matrix is not symmetric.")
+        return _SimilarityOperator(n=K.shape[0], K=K)
+    X = check_array(X, min_samples=1)
+    if not is_dask(X):
+        bad = np.flatnonzero(~np.any(X != 0, axis=1))
+        if bad.size and kind in ("cosine", "shifted_cosine"):
+            raise ValueError(
+                f"{bad.size} sample(s) are all-zero (first: row {bad[0]}); their cosine "
+                "similarity is undefined. Drop or mask them first."
+            )
+    if kind == "rbf" and not is_dask(X) and X.shape[0] <= _EXACT_RBF_MAX:
+        g = median_bandwidth(X, random_state=rng) if gamma is None else float(gamma)
+        return _SimilarityOperator(n=X.shape[0], K=rbf_kernel(X, X, g), gamma=g)
+    fac = gram_factor(X, kind, gamma=gamma, n_landmarks=n_landmarks, random_state=rng)
+    F = fac.F.persist() if is_dask(fac.F) else fac.F
+    fac = SimilarityFactor(F, fac.kind, fac.gamma)
+    return _SimilarityOperator(n=X.shape[0], factor=fac, gamma=fac.gamma)
+
+
+# --------------------------------------------------------------------------- solvers
+
+
+@dataclass
+class _LSDResult:
+    P: Any  # n × k, rows on the simplex
+    scale: float
+    objective: float
+    n_iter: int
+    eigenvalues: np.ndarray
+    rotation: np.ndarray
+
+
+def _lsd(
+    op: _SimilarityOperator,
+    k: int,
+    *,
+    solver: str,
+    max_iter: int,
+    tol: float,
+    rng: np.random.Generator,
+) -> _LSDResult:
+    lazy = op.is_lazy
+    if k == 1:
+        P = da.ones((op.n, 1), chunks=(_row_chunks(op), 1)) if lazy else np.ones((op.n, 1))
+        return _LSDResult(
+            P, 1.0, _objective(op, P, 1.0, op.frobenius2()), 0, np.zeros(1), np.eye(1)
+        )
+    # independent streams, so the solver's start does not depend on the eigen solver used
+    eig_rng, init_rng = (np.random.default_rng(s) for s in rng.integers(2**63, size=2))
+    w, V = op.eigenpairs(k, eig_rng)
+    w = _clip_eigenvalues(w, k)
+    (ones_proj,) = compute(V.sum(axis=0))
+    c = lsd_scale(w, ones_proj)
+    M = V * np.sqrt(c * w)  # rows are the columns of M = (c Λ)^{1/2} V^T
+    if lazy:
+        M = M.persist()
+    fro2 = op.frobenius2()
+    if solver == "rotation":
+        P, R, n_iter = _rotation_solver(op, M, k, c, fro2, max_iter=max_iter, tol=tol)
+    else:
+        P, n_iter = _multiplicative_solver(op, k, c, fro2, max_iter=max_iter, tol=tol, rng=init_rng)
+        R = np.eye(k)
+    return _LSDResult(P, c, _objective(op, P, c, fro2), n_iter, w, R)
+
+
+def _rotation_solver(
+    op: _SimilarityOperator,
+    M: Any,
+    k: int,
+    c: float,
+    fro2: float,
+    *,
+    max_iter: int,
+    tol: float,
+) -> tuple[Any, np.ndarray, int]:
+    """Algorithm 1 on the rows of M; returns (P rows, R_u, iterations)."""
+    G, s = compute(M.T @ M, M.sum(axis=0))
+    m = np.linalg.solve(np.asarray(G, np.float64), np.asarray(s, np.float64))
+    nm = np.linalg.norm(m)
+    u = np.ones(k) / np.sqrt(k)
+    R_s = rotate_givens(m, u)
+    # Q = R_s [(I - m m^T/|m|^2) M + m 1^T / (sqrt(k) |m|)], as an affine map of the rows
+    A = (np.eye(k) - np.outer(m, m) / nm**2) @ R_s.T
+    b = (R_s @ m) / (np.sqrt(k) * nm)
+    Q = M @ A + b
+    if is_dask(Q):
+        Q = Q.persist()
+    if k == 2:
+        return project_rows_simplex(Q), np.eye(2), 0
+    R, n_iter = rotate_simplex(Q, max_iter=max_iter, tol=tol, op=op, scale=c, fro2=fro2)
+    return project_rows_simplex(Q @ R.T), R, n_iter
+
+
+def rotate_simplex(
+    Q: Any,
+    *,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    op: _SimilarityOperator | None = None,
+    scale: float = 1.0,
+    fro2: float | None = None,
+    history: list[float] | None = None,
+) -> tuple[np.ndarray, int]:
+    """Rotate_Simplex: the rotation about ``u = 1/sqrt(k)`` fitting Q's rows into the simplex.
+
+    Alternating minimisation of ``J(R) = ||Q R^T - (Q R^T)_Δ||_F^2``: fix the targets
+    ``Y = (Q R^T)_Δ``, then take the rotation about u that best maps Q onto Y (orthogonal
+    Procrustes in the (k-1)-dimensional plane). J never increases. Iteration stops when no
+    row lies outside the simplex, when J decreases by less than ``tol`` relatively, or after
+    ``max_iter`` iterations. With ``op`` given, the rotation with the lowest LSD objective
+    seen is returned (the paper keeps the best by its objective (12)); otherwise the last.
+
+    Parameters
+    ----------
+    Q : ndarray or dask array of shape (n, k)
+        Rows on the simplex's hyperplane.
+    history : list, optional
+        Receives J after every iteration (the first entry is J at R = I).
+    """
+    k = Q.shape[1]
+    u = np.ones(k) / np.sqrt(k)
+    e = np.zeros(k)
+    e[-1] = 1.0
+    R_ue = rotate_givens(u, e)
+    R = np.eye(k)
+    stats = _simplex_stats(Q, R, op)
+    J, C = stats[0], stats[1]
+    best_R, best_obj = R, _obj_from(stats, scale, fro2) if op is not None else None
+    if history is not None:
+        history.append(J)
+    n = Q.shape[0]
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported
+        if J <= 1e-14 * n:
+            n_iter -= 1
+            break
+        # C = Y^T Q (k × k) = B A^T in column notation with A = Q^T, B = Y^T
+        R_new = procrustes_about_axis(C, None, R_ue)
+        stats = _simplex_stats(Q, R_new, op)
+        J_new, C_new = stats[0], stats[1]
+        if history is not None:
+            history.append(J_new)
+        if op is not None:
+            obj = _obj_from(stats, scale, fro2)
+            if obj < best_obj:
+                best_R, best_obj = R_new, obj
+        else:
+            best_R = R_new
+        converged = J - J_new <= tol * max(J, 1e-300)
+        R, J, C = R_new, J_new, C_new
+        if converged:
+            break
+    return best_R, n_iter
+
+
+def _simplex_stats(Q: Any, R: np.ndarray, op: _SimilarityOperator | None) -> list[Any]:
+    """One pass over Q: J(R), Y^T Q and (with op) the LSD objective terms of Y."""
+    X = Q @ R.T
+    Y = project_rows_simplex(X)
+    D = X - Y
+    parts = [(D * D).sum(), Y.T @ Q]
+    if op is not None:
+        parts += list(op.objective_terms(Y))
+    done = compute(*parts)
+    return [float(done[0]), np.asarray(done[1], np.float64), *done[2:]]
+
+
+def _obj_from(stats: list[Any], c: float, fro2: float | None) -> float:
+    quad, pp = float(stats[2]), float(stats[3])
+    return c * c * float(fro2) - 2.0 * c * quad + pp
+
+
+def _objective(op: _SimilarityOperator, P: Any, c: float, fro2: float) -> float:
+    quad, pp = compute(*op.objective_terms(P))
+    return max(c * c * fro2 - 2.0 * c * float(quad) + float(pp), 0.0)
+
+
+def _multiplicative_solver(
+    op: _SimilarityOperator,
+    k: int,
+    c: float,
+    fro2: float,
+    *,
+    max_iter: int,
+    tol: float,
+    rng: np.random.Generator,
+) -> tuple[Any, int]:
+    """Damped multiplicative updates with a simplex projection every iteration.
+
+    ``P <- P * (1/2 + 1/2 [cKP]_+ / (P P^T P))`` (rows notation, Ding et al.'s damped
+    symmetric-NMF rule for ``||cK - P^T P||``), then each row projected onto the simplex.
+    """
+    P0 = rng.dirichlet(np.ones(k), size=op.n)
+    P: Any = da.from_array(P0, chunks=(_row_chunks(op), k)) if op.is_lazy else P0
+    prev = _objective(op, P, c, fro2)
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported
+        KP = op.matmul(P)
+        (PtP,) = compute(P.T @ P)
+        denom = P @ np.asarray(PtP) + 1e-12
+        ratio = (c * KP) / denom
+        P = project_rows_simplex(P * (0.5 + 0.5 * (ratio * (ratio > 0))))
+        if is_dask(P):
+            P = P.persist()
+        obj = _objective(op, P, c, fro2)
+        if abs(prev - obj) <= tol * max(prev, 1e-300):
+            break
+        prev = obj
+    return P, n_iter
+
+
+def _clip_eigenvalues(w: np.ndarray, k: int) -> np.ndarray:
+    w = np.asarray(w, np.float64)
+    n_pos = int(np.sum(w > 0))
+    if n_pos < k:
+        raise ValueError(
+            f"only {n_pos} of the top {k} eigenvalues of the similarity are positive; LSD "
+            f"needs {k}. Use fewer clusters (at most {n_pos}) or a positive semi-definite "
+            "similarity ('shifted_cosine' or 'rbf')."
+        )
+    floor = _TINY * w[0]
+    if np.any(w < floor):
+        warn(
+            f"{int(np.sum(w < floor))} of the top {k} eigenvalues are below {_TINY:g} times "
+            "the largest and were clipped; the similarity is close to rank-deficient.",
+            ClippedEigenvalueWarning,
+        )
+        w = np.maximum(w, floor)
+    return w
+
+
+def _row_chunks(op: _SimilarityOperator) -> Any:
+    arr = op.K if op.factor is None else op.factor.F
+    return arr.chunks[0] if is_dask(arr) else op.n

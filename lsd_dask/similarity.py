@@ -1,0 +1,136 @@
+"""Similarity operators: each similarity is held as a factor F with ``K = F F^T``.
+
+No n×n array is formed for features: cosine on unit rows is ``F F^T``; the shifted cosine
+``(1 + cos) / 2`` is ``G G^T`` with ``G = [1, F] / sqrt(2)``; the RBF kernel is not low rank
+and is represented by Nyström features (``K ≈ F F^T``) from a seeded set of landmarks.
+Small precomputed or exact-RBF matrices are handled densely by the callers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from scipy.spatial.distance import cdist
+
+from ._validation import check_random_state, is_dask
+
+__all__ = [
+    "SIMILARITIES",
+    "SimilarityFactor",
+    "unit_rows",
+    "gram_factor",
+    "median_bandwidth",
+    "rbf_kernel",
+]
+
+SIMILARITIES = ("precomputed", "cosine", "shifted_cosine", "rbf")
+
+
+@dataclass(frozen=True)
+class SimilarityFactor:
+    """``K = F F^T`` (exact for cosine kinds, Nyström for RBF).
+
+    Attributes
+    ----------
+    F : ndarray or dask array of shape (n_samples, r)
+    kind : str
+    gamma : float or None
+        RBF parameter ``exp(-gamma ||x - y||^2)`` when ``kind == "rbf"``.
+    """
+
+    F: Any
+    kind: str
+    gamma: float | None = None
+
+    def take(self, idx: np.ndarray) -> SimilarityFactor:
+        """The factor of the similarity restricted to samples ``idx``."""
+        return SimilarityFactor(self.F[idx], self.kind, self.gamma)
+
+
+def unit_rows(X: Any) -> Any:
+    """Scale every row to unit Euclidean length (zero rows stay zero); numpy or dask."""
+    if is_dask(X):
+        norms = da.sqrt((X * X).sum(axis=1, keepdims=True))
+        return X / da.where(norms > 0, norms, 1)
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+
+
+def gram_factor(
+    X: Any,
+    kind: str,
+    *,
+    gamma: float | None = None,
+    n_landmarks: int = 1000,
+    random_state: Any = None,
+) -> SimilarityFactor:
+    """Factor F of a similarity of the rows of X, with ``K = F F^T``.
+
+    Parameters
+    ----------
+    X : ndarray or dask array of shape (n_samples, n_features)
+    kind : {"cosine", "shifted_cosine", "rbf"}
+    gamma : float, optional
+        RBF parameter; default from :func:`median_bandwidth`.
+    n_landmarks : int
+        Nyström landmarks for RBF (capped at n_samples).
+    random_state : int, Generator or None
+        Seeds the landmarks and the bandwidth subsample.
+    """
+    if kind == "cosine":
+        return SimilarityFactor(unit_rows(X), kind)
+    if kind == "shifted_cosine":
+        F = unit_rows(X)
+        if is_dask(F):
+            ones = da.ones((F.shape[0], 1), chunks=(F.chunks[0], 1), dtype=F.dtype)
+        else:
+            ones = np.ones((F.shape[0], 1), F.dtype)
+        if is_dask(F):
+            G = da.concatenate([ones, F], axis=1).rechunk({1: -1})
+        else:
+            G = np.concatenate([ones, F], axis=1)
+        return SimilarityFactor(G / np.sqrt(2.0), kind)
+    if kind == "rbf":
+        rng = check_random_state(random_state)
+        g = median_bandwidth(X, random_state=rng) if gamma is None else float(gamma)
+        m = min(int(n_landmarks), X.shape[0])
+        idx = np.sort(rng.choice(X.shape[0], size=m, replace=False))
+        L = np.asarray(X[idx].compute() if is_dask(X) else X[idx], dtype=np.float64)
+        Kmm = rbf_kernel(L, L, g)
+        w, V = np.linalg.eigh(Kmm)
+        keep = w > w.max() * 1e-10
+        W = V[:, keep] / np.sqrt(w[keep])  # Kmm^{-1/2} on its numerical range
+        if is_dask(X):
+            Xr = X.rechunk({1: -1}) if X.numblocks[1] > 1 else X
+            F = Xr.map_blocks(
+                lambda b: rbf_kernel(b, L, g) @ W,
+                chunks=(Xr.chunks[0], (int(keep.sum()),)),
+                dtype=np.float64,
+            )
+        else:
+            F = rbf_kernel(np.asarray(X, np.float64), L, g) @ W
+        return SimilarityFactor(F, kind, g)
+    raise ValueError(f"similarity must be one of {SIMILARITIES[1:]}, got {kind!r}.")
+
+
+def median_bandwidth(X: Any, *, n_sample: int = 1000, random_state: Any = None) -> float:
+    """RBF ``gamma`` by the median heuristic: ``gamma = 1 / (2 sigma^2)``, sigma = median
+    pairwise Euclidean distance over a seeded subsample of at most ``n_sample`` rows.
+    """
+    rng = check_random_state(random_state)
+    m = min(n_sample, X.shape[0])
+    idx = np.sort(rng.choice(X.shape[0], size=m, replace=False))
+    S = np.asarray(X[idx].compute() if is_dask(X) else X[idx], dtype=np.float64)
+    d = cdist(S, S)
+    med = float(np.median(d[np.triu_indices(m, 1)])) if m > 1 else 0.0
+    if med <= 0:
+        raise ValueError("all sampled rows coincide: the RBF bandwidth is undefined.")
+    return 1.0 / (2.0 * med * med)
+
+
+def rbf_kernel(A: np.ndarray, B: np.ndarray, gamma: float) -> np.ndarray:
+    """Dense ``exp(-gamma ||a_i - b_j||^2)``."""
+    return np.exp(-gamma * cdist(A, B, "sqeuclidean"))

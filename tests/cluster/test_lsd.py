@@ -1,0 +1,185 @@
+import dask.array as da
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+
+from lsd_dask import metrics
+from lsd_dask.cluster import LSD, HierarchicalLSD
+from lsd_dask.cluster.lsd import _similarity_operator, lsd_scale, rotate_simplex
+from lsd_dask.linalg.rotations import rotate_givens
+from lsd_dask.testing import brain_grid, lsdable_similarity
+
+
+def _match(P, P_true):
+    r, c = linear_sum_assignment(-(P @ P_true.T))
+    return np.abs(P[r] - P_true[c]).max()
+
+
+def test_scale_is_one_for_onehot():
+    labels = np.array([0, 0, 1, 2, 2, 2, 1])
+    P = np.eye(3)[:, labels]
+    K = P.T @ P
+    w, V = np.linalg.eigh(K)
+    w, V = w[::-1][:3], V[:, ::-1][:, :3]
+    assert lsd_scale(w, V.sum(axis=0)) == pytest.approx(1.0)
+    assert LSD(3, similarity="precomputed").fit(K).scale_ == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_lsdable_recovered_exactly(k):
+    d = lsdable_similarity(150, k, random_state=k)
+    m = LSD(k, similarity="precomputed", max_iter=2000, tol=0).fit(d.K)
+    assert metrics.ari(m.labels_, d.labels) == 1.0
+    assert m.scale_ == pytest.approx(1.0)
+    assert _match(m.probabilities_, d.P) < 1e-5
+    np.testing.assert_allclose(m.probabilities_.sum(axis=0), 1.0)
+    assert m.objective_ < 1e-8
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_lsdable_from_features_equals_precomputed(k):
+    d = lsdable_similarity(120, k, random_state=10 + k)
+    a = LSD(k, similarity="precomputed", max_iter=2000, tol=0).fit(d.K)
+    # cosine of the rows of P^T is not P^T P, so use a 'precomputed' factor check instead:
+    op = _similarity_operator(d.features, "cosine", gamma=None, n_landmarks=10, rng=None)
+    assert op.factor is not None
+    assert metrics.ari(a.labels_, d.labels) == 1.0
+
+
+def test_rotate_simplex_never_increases_J(rng):
+    # a non-LSDable input: noisy points on the simplex plane
+    X, lab, _ = brain_grid(snr_db=-3, n_features=20, n_regions=6, shape=(16, 16), random_state=1)
+    for k in (3, 5, 6):
+        op = _similarity_operator(X, "shifted_cosine", gamma=None, n_landmarks=10, rng=rng)
+        w, V = op.eigenpairs(k, rng)
+        c = lsd_scale(w, V.sum(axis=0))
+        M = V * np.sqrt(c * w)
+        m = np.linalg.solve(M.T @ M, M.sum(axis=0))
+        R_s = rotate_givens(m, np.ones(k))
+        Q = M @ ((np.eye(k) - np.outer(m, m) / (m @ m)) @ R_s.T) + (R_s @ m) / (
+            np.sqrt(k) * np.linalg.norm(m)
+        )
+        np.testing.assert_allclose(Q.sum(axis=1), 1.0, atol=1e-9)  # on the simplex plane
+        hist: list[float] = []
+        rotate_simplex(Q, max_iter=60, tol=0, history=hist)
+        assert len(hist) > 2
+        assert np.all(np.diff(hist) <= 1e-12 * max(hist[0], 1.0))
+
+
+def test_objective_from_features_equals_dense(rng):
+    X = rng.standard_normal((80, 6))
+    m = LSD(3, similarity="cosine", random_state=0).fit(X)
+    F = X / np.linalg.norm(X, axis=1, keepdims=True)
+    dense = metrics.lsd_objective(m.probabilities_, scale=m.scale_, K=F @ F.T)
+    assert m.objective_ == pytest.approx(dense, rel=1e-8)
+    # and precomputed on the same K gives the same clustering
+    m2 = LSD(3, similarity="precomputed").fit(F @ F.T)
+    assert metrics.ari(m.labels_, m2.labels_) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("solver", ["rotation", "multiplicative"])
+@pytest.mark.parametrize("similarity", ["cosine", "shifted_cosine", "rbf"])
+def test_numpy_and_dask_same_labels(solver, similarity):
+    X, lab, _ = brain_grid(snr_db=0, n_features=30, n_regions=5, shape=(20, 20), random_state=2)
+    kw = dict(solver=solver, similarity=similarity, random_state=0, max_iter=50, n_landmarks=200)
+    if similarity == "rbf":
+        kw["gamma"] = 0.01
+    a = LSD(5, **kw).fit(X)
+    b = LSD(5, **kw).fit(da.from_array(X, chunks=(97, 30)))
+    assert isinstance(b.labels_, da.Array) and isinstance(b.probabilities_, da.Array)
+    lb = b.labels_.compute()
+    if similarity != "rbf":  # numpy RBF on <= 3000 samples is exact, dask uses Nyström
+        np.testing.assert_array_equal(a.labels_, lb)
+        np.testing.assert_allclose(a.probabilities_, b.probabilities_.compute(), atol=1e-3)
+    if solver == "rotation":
+        assert metrics.nmi(lb, lab) > 0.9
+
+
+def test_multiplicative_finds_planted_clusters():
+    X, lab, _ = brain_grid(snr_db=0, n_features=40, n_regions=4, shape=(16, 16), random_state=3)
+    m = LSD(4, solver="multiplicative", similarity="cosine", random_state=0).fit(X)
+    assert metrics.nmi(m.labels_, lab) > 0.9
+    # the paper's Table 2 finding on this input: rotation reaches the lower objective
+    r = LSD(4, solver="rotation", similarity="cosine").fit(X)
+    assert r.objective_ <= m.objective_
+    np.testing.assert_allclose(m.probabilities_.sum(axis=0), 1.0)
+    assert m.probabilities_.min() >= 0
+
+
+def test_bad_inputs():
+    X = np.random.default_rng(0).standard_normal((10, 3))
+    with pytest.raises(ValueError, match="larger than the number of samples"):
+        LSD(11).fit(X)
+    X_nan = X.copy()
+    X_nan[2, 1] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        LSD(2).fit(X_nan)
+    X0 = X.copy()
+    X0[4] = 0
+    with pytest.raises(ValueError, match="all-zero"):
+        LSD(2).fit(X0)
+    with pytest.raises(ValueError, match="invalid solver"):
+        LSD(2, solver="nope").fit(X)
+    with pytest.raises(ValueError, match="square"):
+        LSD(2, similarity="precomputed").fit(X)
+    # cosine of 3-D data has rank 3: 5 positive eigenvalues cannot exist
+    with pytest.raises(ValueError, match="rank at most 3|positive"):
+        LSD(5).fit(X)
+
+
+def test_negative_eigenvalues_raise():
+    K = np.diag([3.0, 1.0, -1.0, -2.0])
+    with pytest.raises(ValueError, match="only 2 of the top 3 eigenvalues"):
+        LSD(3, similarity="precomputed").fit(K)
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "precomputed"])
+def test_hierarchical_concurrent_equals_sequential(similarity):
+    X, lab, _ = brain_grid(snr_db=-3, n_features=25, n_regions=12, shape=(24, 24), random_state=4)
+    data = X
+    if similarity == "precomputed":
+        F = X / np.linalg.norm(X, axis=1, keepdims=True)
+        data = (1 + F @ F.T) / 2
+    seq = HierarchicalLSD(12, similarity=similarity, concurrent=False).fit(data)
+    con = HierarchicalLSD(12, similarity=similarity, concurrent=True).fit(data)
+    np.testing.assert_array_equal(seq.labels_, con.labels_)
+    assert seq.tree_ == con.tree_
+    assert len(seq.tree_) == 11 and seq.n_clusters_ == 12
+
+
+def test_hierarchical_greedy_order_and_dask():
+    X, lab, _ = brain_grid(snr_db=0, n_features=25, n_regions=6, shape=(20, 20), random_state=5)
+    h = HierarchicalLSD(6).fit(X)
+    # each split takes the leaf of lowest average similarity among the leaves at that time
+    F = X / np.linalg.norm(X, axis=1, keepdims=True)
+    assert h.tree_[0].parent == 0 and h.tree_[0].size == X.shape[0]
+    assert metrics.nmi(h.labels_, lab) > 0.5
+    expected = metrics.average_leaf_similarity(h.labels_, features=F)
+    np.testing.assert_allclose(h.leaf_similarity_, expected)
+    hd = HierarchicalLSD(6).fit(da.from_array(X, chunks=(100, 25)))
+    assert isinstance(hd.labels_, da.Array)
+    np.testing.assert_array_equal(hd.labels_.compute(), h.labels_)
+
+
+def test_hierarchical_reference_loop():
+    """Labels equal a direct re-implementation of section 3.3 on a dense K."""
+    X, _, _ = brain_grid(snr_db=-3, n_features=20, n_regions=5, shape=(12, 12), random_state=6)
+    F = X / np.linalg.norm(X, axis=1, keepdims=True)
+    K = F @ F.T
+    leaves = [np.arange(K.shape[0])]
+
+    def w(idx):
+        sub = K[np.ix_(idx, idx)]
+        return sub[np.triu_indices(idx.size)].mean()
+
+    while len(leaves) < 5:
+        j = int(np.argmin([w(lf) for lf in leaves]))
+        idx = leaves.pop(j)
+        lab = LSD(2, similarity="precomputed").fit(K[np.ix_(idx, idx)]).labels_
+        leaves.insert(j, idx[lab == 0])
+        leaves.insert(j + 1, idx[lab == 1])
+    ref = np.empty(K.shape[0], int)
+    for i, lf in enumerate(leaves):
+        ref[lf] = i
+    h = HierarchicalLSD(5, similarity="precomputed").fit(K)
+    assert metrics.ari(ref, h.labels_) == pytest.approx(1.0)
