@@ -24,7 +24,8 @@ _DENSE_EIGH_MAX = 3000
 def top_eigenpairs(K: Any, k: int, *, random_state: Any = None) -> tuple[np.ndarray, Any]:
     """Top-k eigenpairs (largest algebraic) of a symmetric matrix.
 
-    Dense ``eigh`` for n up to 3000, Lanczos (``eigsh``, seeded start vector) above. A dask
+    Dense ``eigh`` for small n or k above n/10, Lanczos (``eigsh``, seeded start vector)
+    otherwise. A dask
     K uses a randomized SVD followed by Rayleigh quotients for the signs of the eigenvalues.
 
     Returns
@@ -42,7 +43,7 @@ def top_eigenpairs(K: Any, k: int, *, random_state: Any = None) -> tuple[np.ndar
         U = U[:, order]
         return _fix_signs(np.asarray(lam)[order], U)
     K = np.asarray(K, dtype=np.float64)
-    if n <= _DENSE_EIGH_MAX or k >= n - 1:
+    if n <= 200 or (n <= _DENSE_EIGH_MAX and k > n // 10) or k >= n - 1:
         w, V = sla.eigh(K, subset_by_index=[n - k, n - 1])
     else:
         v0 = check_random_state(random_state).standard_normal(n)
