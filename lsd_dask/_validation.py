@@ -78,11 +78,37 @@ def check_array(
     TypeError
         Input that is not array-like.
     """
+    import scipy.sparse as sp
+
+    if sp.issparse(X):
+        raise TypeError(
+            f"Sparse data was passed for {name}, but dense data is required: convert it with "
+            ".toarray(), or pass a dask array for data larger than memory."
+        )
     X = _as_array(X)
+    if np.iscomplexobj(X):
+        raise ValueError(f"Complex data not supported in {name}.")
     if X.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {X.shape}.")
+        hint = (
+            " Reshape your data with X.reshape(-1, 1) or X.reshape(1, -1)." if X.ndim == 1 else ""
+        )
+        raise ValueError(f"Expected {ndim}D array for {name}, got shape {X.shape}.{hint}")
     if X.shape[0] < min_samples:
-        raise ValueError(f"{name} has {X.shape[0]} samples; at least {min_samples} are needed.")
+        raise ValueError(
+            f"Found array with {X.shape[0]} sample(s) (shape={X.shape}) while a minimum of "
+            f"{min_samples} is required."
+        )
+    if ndim == 2 and X.shape[1] < 1:
+        raise ValueError(
+            f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required."
+        )
+    if X.dtype.kind == "O" and not is_dask(X):
+        try:
+            X = X.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must be numeric: {err}") from None
+    if X.dtype.kind not in "fiub":
+        raise ValueError(f"{name} must be numeric, got dtype {X.dtype}.")
     if X.dtype not in dtype:
         X = X.astype(np.float64)
     if check_finite:
@@ -115,8 +141,8 @@ def check_n_clusters(n_clusters: Any, n_samples: int, *, name: str = "n_clusters
         raise ValueError(f"{name} must be >= 1, got {n_clusters}.")
     if n_clusters > n_samples:
         raise ValueError(
-            f"{name}={n_clusters} is larger than the number of samples ({n_samples}); "
-            f"choose at most {n_samples}."
+            f"{name}={n_clusters} is larger than the number of samples "
+            f"(n_samples={n_samples}); choose at most {n_samples}."
         )
     return int(n_clusters)
 

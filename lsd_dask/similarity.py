@@ -127,7 +127,10 @@ def median_bandwidth(X: Any, *, n_sample: int = 1000, random_state: Any = None) 
     d = cdist(S, S)
     med = float(np.median(d[np.triu_indices(m, 1)])) if m > 1 else 0.0
     if med <= 0:
-        raise ValueError("all sampled rows coincide: the RBF bandwidth is undefined.")
+        raise ValueError(
+            f"all sampled rows coincide (n_samples={X.shape[0]}): the RBF bandwidth is "
+            "undefined; pass it explicitly."
+        )
     return 1.0 / (2.0 * med * med)
 
 

@@ -1,6 +1,24 @@
-"""Clustering estimators (scikit-learn API; numpy or dask input)."""
+"""Clustering estimators (scikit-learn API; numpy or dask input, labels of the same kind)."""
 
+from .directional import DirectionalClustering, directional_assign, select_n_clusters
 from .hierarchical import HierarchicalLSD
+from .kmeans import KEVD, KMeans, SphericalKMeans
 from .lsd import LSD
+from .nmf import NMF, SemiNMF
+from .sof import SoF
+from .spectral import SpectralClustering
 
-__all__ = ["LSD", "HierarchicalLSD"]
+__all__ = [
+    "LSD",
+    "HierarchicalLSD",
+    "DirectionalClustering",
+    "directional_assign",
+    "select_n_clusters",
+    "KMeans",
+    "SphericalKMeans",
+    "KEVD",
+    "SpectralClustering",
+    "SoF",
+    "NMF",
+    "SemiNMF",
+]

@@ -10,6 +10,11 @@ from sklearn.base import BaseEstimator, ClusterMixin
 __all__ = ["ClusterBase", "check_params"]
 
 
+def _n_features(X: Any) -> int:
+    """Number of columns of an array-like (a precomputed similarity counts its columns)."""
+    return int(X.shape[1]) if hasattr(X, "shape") else len(X[0])
+
+
 class ClusterBase(ClusterMixin, BaseEstimator):
     """scikit-learn estimator base: ``get_params``/``set_params``, ``fit_predict``.
 
@@ -21,6 +26,18 @@ class ClusterBase(ClusterMixin, BaseEstimator):
 
     def _check_params(self) -> None:
         check_params(self, self._parameter_constraints)
+
+    def _check_fitted(self) -> None:
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "labels_")
+
+    def _check_n_features(self, X: Any) -> None:
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
 
 
 def check_params(est: Any, constraints: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._validation import check_n_clusters, check_random_state, is_dask, warn
 from ..similarity import SIMILARITIES, SimilarityFactor
-from ._base import ClusterBase
+from ._base import ClusterBase, _n_features
 from .lsd import _lsd, _similarity_operator, _SimilarityOperator
 
 __all__ = ["HierarchicalLSD"]
@@ -110,6 +110,7 @@ class HierarchicalLSD(ClusterBase):
         self.leaf_similarity_ = w
         self.n_clusters_ = int(w.size)
         self.labels_ = da.from_array(labels, chunks=chunks) if chunks is not None else labels
+        self.n_features_in_ = _n_features(X)
         self.gamma_ = op.gamma
         return self
 

@@ -39,7 +39,7 @@ from ..linalg.eigen import top_eigenpairs, top_eigenpairs_from_factor
 from ..linalg.rotations import procrustes_about_axis, rotate_givens
 from ..linalg.simplex import project_rows_simplex
 from ..similarity import SIMILARITIES, SimilarityFactor, gram_factor, median_bandwidth, rbf_kernel
-from ._base import ClusterBase
+from ._base import ClusterBase, _n_features
 
 __all__ = ["LSD", "lsd_scale"]
 
@@ -137,6 +137,7 @@ class LSD(ClusterBase):
         res = _lsd(op, k, solver=self.solver, max_iter=self.max_iter, tol=self.tol, rng=rng)
         self.probabilities_ = res.P.T
         self.labels_ = res.P.argmax(axis=1)
+        self.n_features_in_ = _n_features(X)
         self.scale_ = res.scale
         self.objective_ = res.objective
         self.n_iter_ = res.n_iter

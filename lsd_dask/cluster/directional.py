@@ -1,0 +1,498 @@
+"""Directional clustering by matrix factorisation with hard assignment (Blumensath).
+
+Model (rows are samples): ``X ≈ S̄ D`` with X (n × d) unit-norm rows, D (K × d) cluster
+centres and S̄ (n × K) with one non-zero per row. Each iteration:
+
+a) ``S̄ = P(S)``: keep each row's largest (most positive) entry;
+b) empty clusters re-initialised with the sample of largest residual ``||x_i - s̄_i d||``
+   from a cluster of two or more;
+c) ``D = (S̄^T S̄)^{-1} S̄^T X`` (a per-cluster weighted mean), optionally unit rows, with
+   S̄ rescaled so that ``S̄ D`` is unchanged;
+d) ``S = S̄ + μ (X - S̄ D) D^T`` (gradient, IHT) or ``S = X D^T (D D^T)^{-1}``
+   (pseudo-inverse), optionally with unit-norm columns (the paper's "normalise S").
+
+With unit-norm centres and ``μ <= 1/4`` the cost ``||X - S̄ D||_F`` never increases.
+
+References
+----------
+.. [1] T. Blumensath et al. Directional clustering through matrix factorisation. IEEE TNNLS.
+
+Notes
+-----
+Memory: per iteration one pass over X computes the new assignment and every K-sized
+statistic (per-cluster weighted sums, squared weights, counts, residual maxima) in one
+``dask.compute``; the state carried between passes is two length-n vectors (label and
+coefficient of each sample) and the K × d centres.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask, warn
+from ..linalg.reductions import cluster_sums, rows_like
+from ..similarity import unit_rows
+from ._base import ClusterBase, _n_features
+from ._init import kmeanspp_rows
+
+__all__ = ["DirectionalClustering", "directional_assign", "select_n_clusters"]
+
+
+class DirectionalClustering(ClusterBase):
+    """Directional clustering (Blumensath): IHT-style factorisation with hard assignment.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    update : {"pinv", "gradient"}, default="pinv"
+        Coefficient update: least squares against all centres, or a gradient (IHT) step.
+    normalize : {"D", "S", None}, default="D"
+        Unit-norm centres ("D"; best for unequal cluster sizes in the paper's Table II),
+        unit-norm per-cluster coefficient vectors before thresholding ("S"; best for equal
+        sizes, Table I), or neither.
+    init : {"svd", "kmeans++"} or ndarray of shape (n_clusters, n_features), default="kmeans++"
+        "svd": the leading right singular vectors of X as centres (needs
+        ``n_clusters <= n_features``); "kmeans++": cosine D² seeding on a seeded subsample.
+    mu : float or None, default=None
+        Gradient step. None: the paper's rule, 0.95 while assignments hold and 0.25 when they
+        would change. A float: that fixed step. The step is divided by the largest squared
+        centre norm, so the paper's bound (stated for unit centres) holds whatever
+        ``normalize`` is; with ``normalize="D"`` it is used as given.
+    max_iter : int, default=100
+    tol : float, default=1e-6
+        Stop when the relative decrease of the cost is below ``tol``.
+    random_state : int, Generator or None
+
+    Attributes
+    ----------
+    labels_ : ndarray or dask array of shape (n_samples,)
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        D (unit rows with ``normalize="D"``).
+    coefficients_ : ndarray of shape (n_samples,)
+        Each sample's coefficient s̄_i on its centre.
+    cost_history_ : list of float
+        ``||X - S̄ D||_F^2`` after initialisation and after every iteration.
+    n_iter_ : int
+    """
+
+    _parameter_constraints = {
+        "n_clusters": [("int", 1, None)],
+        "update": [frozenset({"pinv", "gradient"})],
+        "normalize": [frozenset({"D", "S"}), None],
+        "init": [frozenset({"svd", "kmeans++"}), np.ndarray],
+        "mu": [None, ("real", 0, 1)],
+        "max_iter": [("int", 0, None)],
+        "tol": [("real", 0, None)],
+        "random_state": [None, numbers.Integral, np.random.Generator],
+    }
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        update: str = "pinv",
+        normalize: str | None = "D",
+        init: Any = "kmeans++",
+        mu: float | None = None,
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        random_state: Any = None,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.update = update
+        self.normalize = normalize
+        self.init = init
+        self.mu = mu
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> DirectionalClustering:
+        """Cluster the rows of X (n_samples × n_features; numpy, dask or zarr).
+
+        Parameters
+        ----------
+        sample_weight : array-like of shape (n_samples,), optional
+            Rows are scaled by these weights after unit normalisation (the paper's remark:
+            scaling a feature vector scales its noise, so known noise differences can be
+            compensated).
+        """
+        self._check_params()
+        X = check_array(X)
+        k = check_n_clusters(self.n_clusters, X.shape[0])
+        _check_nonzero_rows(X)
+        Xn = unit_rows(X)
+        if sample_weight is not None:
+            w = np.asarray(sample_weight, dtype=np.float64)
+            if w.shape != (X.shape[0],) or np.any(w < 0) or not np.all(np.isfinite(w)):
+                raise ValueError("sample_weight must be finite, non-negative, one per row.")
+            if not np.any(w > 0):
+                raise ValueError("sample_weight is zero for every sample: nothing to cluster.")
+            Xn = Xn * (rows_like(w, Xn)[:, None] if is_dask(Xn) else w[:, None])
+        if is_dask(Xn):
+            Xn = Xn.rechunk({1: -1}).persist()
+        rng = check_random_state(self.random_state)
+        res = _fit_directional(
+            Xn,
+            k,
+            update=self.update,
+            normalize=self.normalize,
+            init=self.init,
+            mu=self.mu,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            rng=rng,
+        )
+        if res.n_iter == self.max_iter and self.max_iter > 0 and not res.converged:
+            warn(
+                f"DirectionalClustering did not converge in {self.max_iter} iterations; "
+                "raise max_iter or tol.",
+                ConvergenceWarning,
+            )
+        self.labels_ = (
+            da.from_array(res.labels, chunks=(Xn.chunks[0],)) if is_dask(Xn) else res.labels
+        )
+        self.n_features_in_ = _n_features(X)
+        self.cluster_centers_ = res.D
+        self.coefficients_ = res.sbar
+        self.cost_history_ = res.costs
+        self.n_iter_ = res.n_iter
+        return self
+
+    def predict(self, X: Any) -> Any:
+        """Assign rows to the centres by least-squares coefficients (the pinv rule)."""
+        self._check_fitted()
+        X = check_array(X)
+        self._check_n_features(X)
+        X = unit_rows(X)
+        return directional_assign(X, self.cluster_centers_, update="pinv")[0]
+
+
+def directional_assign(X: Any, D: np.ndarray, *, update: str = "pinv") -> tuple[Any, Any]:
+    """Hard assignment of unit rows X to centres D by their coefficients.
+
+    "pinv": ``S = X D^T (D D^T)^+``; "gradient"/"correlation": ``S = X D^T``. Each row goes to
+    its largest (most positive) coefficient.
+
+    Returns
+    -------
+    labels, coefficients : arrays of shape (n_samples,), same kind as X
+    """
+    B = _pinv_map(D) if update == "pinv" else D.T
+    S = X @ B
+    return S.argmax(axis=1), S.max(axis=1)
+
+
+def select_n_clusters(
+    X: Any,
+    candidates: Any,
+    *,
+    criterion: str = "aic",
+    estimator: DirectionalClustering | None = None,
+) -> tuple[int, dict[int, float]]:
+    """Choose the number of clusters by minimising AIC (Blumensath section IV.C).
+
+    Likelihood: ``X = S̄ D + E`` with i.i.d. Gaussian ``E`` of variance σ² on every entry
+    of the (unit-normalised) rows, σ² at its maximum-likelihood value ``cost / (n d)``:
+    ``-2 log L = n d (log(2 π σ²) + 1)``. Free parameters: the K × d centres, the n
+    coefficients and σ², so ``AIC = 2 (K d + n + 1) + n d (log(2 π σ²) + 1)``.
+
+    Returns
+    -------
+    best : int
+    scores : dict mapping each candidate to its AIC
+    """
+    if criterion != "aic":
+        raise ValueError(f"criterion must be 'aic', got {criterion!r}.")
+    X = check_array(X)
+    n, d = X.shape
+    base = estimator if estimator is not None else DirectionalClustering(random_state=0)
+    scores: dict[int, float] = {}
+    for k in candidates:
+        est = _clone_with(base, int(k))
+        est.fit(X)
+        cost = max(est.cost_history_[-1], np.finfo(float).tiny)
+        sigma2 = cost / (n * d)
+        scores[int(k)] = 2.0 * (k * d + n + 1) + n * d * (np.log(2 * np.pi * sigma2) + 1.0)
+    best = min(scores, key=lambda kk: (scores[kk], kk))
+    return best, scores
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@dataclass
+class _Result:
+    labels: np.ndarray
+    sbar: np.ndarray
+    D: np.ndarray
+    costs: list[float]
+    n_iter: int
+    converged: bool
+
+
+def _fit_directional(
+    X: Any,
+    k: int,
+    *,
+    update: str,
+    normalize: str | None,
+    init: Any,
+    mu: float | None,
+    max_iter: int,
+    tol: float,
+    rng: np.random.Generator,
+) -> _Result:
+    n, d = X.shape
+    need_gram = normalize == "S" or (isinstance(init, str) and init == "svd")
+    sqnorm_total, G, colsum = compute(
+        (X * X).sum(), X.T @ X if need_gram else None, X.sum(axis=0) if need_gram else None
+    )
+    sqnorm_total = float(sqnorm_total)
+    # initial centres
+    if isinstance(init, np.ndarray):
+        D = np.asarray(init, np.float64)
+        if D.shape != (k, d):
+            raise ValueError(f"init has shape {D.shape}; expected ({k}, {d}).")
+    elif init == "svd":
+        if k > d:
+            raise ValueError(f"init='svd' needs n_clusters <= n_features ({d}); use 'kmeans++'.")
+        w, V = np.linalg.eigh(np.asarray(G, np.float64))
+        D = V[:, ::-1][:, :k].T.copy()
+        D *= np.where(D @ np.asarray(colsum) < 0, -1.0, 1.0)[:, None]  # deterministic signs
+    else:
+        D = kmeanspp_rows(X, k, rng)
+    D = _unit(D)
+    # initial assignment by correlation with the centres, then the first centre update
+    labels, sbar = _as_numpy(*compute(*directional_assign(X, D, update="correlation")))
+    stats = _stats(X, labels, sbar, D, k)
+    labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
+    D, sbar = _update_centres(stats, labels, sbar, normalize)
+    costs = [_cost(sqnorm_total, stats, D, sbar, labels)]
+    converged = False
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007 - reported
+        mus = [None] if update == "pinv" else ([mu] if mu is not None else [0.95, 0.25])
+        candidates = [
+            _assign(
+                X,
+                labels,
+                sbar,
+                D,
+                update=update,
+                mu=m,
+                colscale=_s_column_scale(stats, D, G, update, m) if normalize == "S" else None,
+            )
+            for m in mus
+        ]
+        results = compute(*[c for cand in candidates for c in cand])
+        chosen = None
+        for j in range(len(mus)):
+            new_labels, new_sbar = np.asarray(results[2 * j]), np.asarray(results[2 * j + 1])
+            if j == len(mus) - 1 or np.array_equal(new_labels, labels):
+                chosen = (new_labels.astype(np.int64), new_sbar.astype(np.float64))
+                break
+        assert chosen is not None
+        changed = not np.array_equal(chosen[0], labels)
+        labels, sbar = chosen
+        stats = _stats(X, labels, sbar, D, k)
+        labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
+        D, sbar = _update_centres(stats, labels, sbar, normalize)
+        costs.append(_cost(sqnorm_total, stats, D, sbar, labels))
+        prev, cur = costs[-2], costs[-1]
+        if not changed and abs(prev - cur) <= tol * max(prev, 1e-300):
+            converged = True
+            break
+    return _Result(labels, sbar, D, costs, n_iter, converged)
+
+
+def _assign(
+    X: Any,
+    labels: np.ndarray,
+    sbar: np.ndarray,
+    D: np.ndarray,
+    *,
+    update: str,
+    mu: float | None,
+    colscale: np.ndarray | None,
+) -> tuple[Any, Any]:
+    """Lazy new (labels, coefficients): the S update followed by the threshold P(S)."""
+    k = D.shape[0]
+    if update == "pinv":
+        B = _pinv_map(D)
+        if colscale is not None:
+            B = B * colscale
+        S = X @ B
+    else:
+        mu = _effective_step(mu, D)
+        A = np.eye(k) - mu * (D @ D.T)
+        XDt = X @ D.T
+        lab = rows_like(labels, X) if is_dask(X) else labels
+        sb = rows_like(sbar, X) if is_dask(X) else sbar
+        if is_dask(X):
+            SbarA = da.map_blocks(
+                lambda lb, s: A[lb] * s[:, None],
+                lab,
+                sb,
+                new_axis=1,
+                chunks=(X.chunks[0], (k,)),
+                dtype=np.float64,
+            )
+        else:
+            SbarA = A[lab] * sb[:, None]
+        S = SbarA + mu * XDt
+        if colscale is not None:
+            S = S * colscale
+    return S.argmax(axis=1), S.max(axis=1)
+
+
+def _stats(X: Any, labels: np.ndarray, sbar: np.ndarray, D: np.ndarray, k: int) -> dict[str, Any]:
+    """One pass: weighted sums per cluster, sum of s̄², counts, residual maxima."""
+    sums = cluster_sums(X, labels, k, weights=sbar)
+    # residual of each sample under the current centres, for re-initialising empty clusters
+    proj = _own_centre_projection(X, labels, D)
+    sqn = (X * X).sum(axis=1)
+    dn2 = np.sum(D * D, axis=1)[labels]
+    resid = sqn - 2.0 * sbar * proj + sbar**2 * dn2
+    sums, resid = compute(sums, resid)
+    resid = np.asarray(resid, np.float64)
+    return {
+        "sums": np.asarray(sums, np.float64),
+        "ss": np.bincount(labels, weights=sbar**2, minlength=k),
+        "counts": np.bincount(labels, minlength=k),
+        "resid": resid,
+    }
+
+
+def _reinit_empty(
+    X: Any, labels: np.ndarray, sbar: np.ndarray, stats: dict[str, Any], k: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    empty = np.flatnonzero(stats["counts"] == 0)
+    if empty.size == 0:
+        return labels, sbar, stats
+    labels, sbar = labels.copy(), sbar.copy()
+    resid = stats["resid"].copy()
+    counts = stats["counts"].copy()
+    sums, ss = stats["sums"].copy(), stats["ss"].copy()
+    for c in empty:
+        eligible = counts[labels] >= 2
+        if not np.any(eligible):
+            break
+        i = int(np.argmax(np.where(eligible, resid, -np.inf)))
+        old = labels[i]
+        (xi,) = compute(X[i])
+        xi = np.asarray(xi, np.float64)
+        sums[old] -= sbar[i] * xi
+        ss[old] -= sbar[i] ** 2
+        counts[old] -= 1
+        labels[i], sbar[i] = c, 1.0
+        sums[c], ss[c], counts[c] = xi, 1.0, 1
+        resid[i] = -np.inf
+    return labels, sbar, {"sums": sums, "ss": ss, "counts": counts, "resid": resid}
+
+
+def _update_centres(
+    stats: dict[str, Any], labels: np.ndarray, sbar: np.ndarray, normalize: str | None
+) -> tuple[np.ndarray, np.ndarray]:
+    ss = stats["ss"]
+    D = np.divide(
+        stats["sums"], ss[:, None], out=np.zeros_like(stats["sums"]), where=ss[:, None] > 0
+    )
+    if normalize == "D":
+        norms = np.linalg.norm(D, axis=1)
+        safe = np.where(norms > 0, norms, 1.0)
+        D = D / safe[:, None]
+        sbar = sbar * safe[labels]  # S̄ D unchanged
+        stats["sums"] = stats["sums"] * safe[:, None]
+        stats["ss"] = ss * safe**2
+    return D, sbar
+
+
+def _cost(
+    sqnorm_total: float, stats: dict[str, Any], D: np.ndarray, sbar: Any, labels: Any
+) -> float:
+    """``||X - S̄ D||^2 = sum ||x||^2 - 2 sum_k d_k·sums_k + sum_k ss_k ||d_k||^2``."""
+    val = (
+        sqnorm_total - 2.0 * np.sum(D * stats["sums"]) + np.sum(stats["ss"] * np.sum(D * D, axis=1))
+    )
+    return float(max(val, 0.0))
+
+
+def _s_column_scale(
+    stats: dict[str, Any],
+    D: np.ndarray,
+    G: Any,
+    update: str,
+    mu: float | None,
+) -> np.ndarray:
+    """1 / (norm of each column of S) from K-sized statistics and the Gram G = X^T X."""
+    G = np.asarray(G, np.float64)
+    k = D.shape[0]
+    if update == "pinv":
+        B = _pinv_map(D)
+        StS = B.T @ G @ B
+    else:
+        m = _effective_step(mu, D)
+        A = np.eye(k) - m * (D @ D.T)
+        SbS = np.diag(stats["ss"])
+        SbX = stats["sums"]  # S̄^T X
+        StS = A.T @ SbS @ A + m * (A.T @ SbX @ D.T) + m * (D @ SbX.T @ A) + m * m * (D @ G @ D.T)
+    norms = np.sqrt(np.maximum(np.diag(StS), 0.0))
+    return np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 1.0)
+
+
+def _own_centre_projection(X: Any, labels: np.ndarray, D: np.ndarray) -> Any:
+    """``x_i · d_{labels_i}`` for every row (lazy for dask X)."""
+    if not is_dask(X):
+        return np.einsum("ij,ij->i", X, D[labels])
+    lab = rows_like(labels, X)[:, None]
+    return da.map_blocks(
+        lambda xb, lb: np.einsum("ij,ij->i", xb, D[lb[:, 0]]),
+        X,
+        lab,
+        drop_axis=1,
+        dtype=np.float64,
+    )
+
+
+def _pinv_map(D: np.ndarray) -> np.ndarray:
+    """``D^T (D D^T)^+`` (d × K): least-squares coefficients of a row against all centres."""
+    return np.linalg.pinv(D)
+
+
+def _effective_step(mu: float | None, D: np.ndarray) -> float:
+    """μ relative to the largest squared centre norm: the paper's bound is for unit centres."""
+    scale = float(np.max(np.sum(D * D, axis=1), initial=0.0))
+    return float(mu) / scale if scale > 0 else float(mu)
+
+
+def _unit(D: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(D, axis=1, keepdims=True)
+    return D / np.where(n > 0, n, 1.0)
+
+
+def _as_numpy(*arrays: Any) -> tuple[np.ndarray, ...]:
+    return tuple(np.asarray(a) for a in arrays)
+
+
+def _check_nonzero_rows(X: Any) -> None:
+    if is_dask(X):
+        return  # checked lazily: zero rows stay zero and get coefficient 0
+    bad = np.flatnonzero(~np.any(X != 0, axis=1))
+    if bad.size:
+        raise ValueError(
+            f"{bad.size} sample(s) are all-zero (first: row {bad[0]}); a direction is "
+            "undefined. Mask them (e.g. the medial wall) before clustering."
+        )
+
+
+def _clone_with(est: DirectionalClustering, k: int) -> DirectionalClustering:
+    from sklearn.base import clone
+
+    return clone(est).set_params(n_clusters=k)

@@ -1,0 +1,284 @@
+"""k-means baselines: Euclidean k-means, spherical k-means and K-EVD.
+
+All three are Lloyd-type loops sharing one kernel: assign each row to its best centre, then
+recompute the centres from K-sized per-cluster reductions (one pass over X per iteration;
+big lazy, small eager for dask input). Empty clusters are re-seeded with a random row, as
+in Blumensath's comparison.
+
+- ``KMeans``: scikit-learn's ``KMeans`` on numpy input, Lloyd on dask input (Eldén ch. 9).
+- ``SphericalKMeans``: unit rows, assignment by the largest cosine, centres the normalised
+  cluster means (Dhillon and Modha).
+- ``KEVD``: one-dimensional subspace clustering. Assignment by the largest ``|x·d|``,
+  centres the leading eigenvector of each cluster's scatter ``sum x x^T`` (found by power
+  iteration from K-sized reductions; no d × d matrix per cluster).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from sklearn.cluster import KMeans as _SkKMeans
+from sklearn.exceptions import ConvergenceWarning
+
+from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask, warn
+from ..linalg.reductions import cluster_sums
+from ..similarity import unit_rows
+from ._base import ClusterBase, _n_features
+from ._init import kmeanspp_rows
+
+__all__ = ["KMeans", "SphericalKMeans", "KEVD"]
+
+_COMMON = {
+    "n_clusters": [("int", 1, None)],
+    "max_iter": [("int", 1, None)],
+    "tol": [("real", 0, None)],
+    "random_state": [None, numbers.Integral, np.random.Generator],
+}
+
+
+class _Lloyd(ClusterBase):
+    _metric = "cosine"
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        init: Any = "kmeans++",
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        random_state: Any = None,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.init = init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None) -> _Lloyd:
+        self._check_params()
+        X = self._prepare(check_array(X))
+        k = check_n_clusters(self.n_clusters, X.shape[0])
+        rng = check_random_state(self.random_state)
+        if isinstance(self.init, np.ndarray):
+            C = np.asarray(self.init, np.float64)
+            if C.shape != (k, X.shape[1]):
+                raise ValueError(f"init has shape {C.shape}; expected ({k}, {X.shape[1]}).")
+        else:
+            C = kmeanspp_rows(X, k, rng, metric=self._metric)
+        C = self._normalise_centres(C)
+        labels = None
+        self.inertia_history_ = []
+        n_iter = 0
+        converged = False
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - reported
+            new_labels, score = self._assign(X, C)
+            new_labels, score = compute(new_labels, score.sum())
+            new_labels = np.asarray(new_labels, np.int64)
+            self.inertia_history_.append(float(score))
+            C_new = self._centres(X, new_labels, C, k, rng)
+            shift = float(np.max(np.abs(C_new - C))) if C_new.size else 0.0
+            same = labels is not None and np.array_equal(labels, new_labels)
+            labels, C = new_labels, C_new
+            if same or shift <= self.tol:
+                converged = True
+                break
+        if not converged:
+            warn(
+                f"{type(self).__name__} did not converge in {self.max_iter} iterations.",
+                ConvergenceWarning,
+            )
+        self.cluster_centers_ = C
+        self.labels_ = da.from_array(labels, chunks=(X.chunks[0],)) if is_dask(X) else labels
+        self.n_features_in_ = _n_features(X)
+        self.n_iter_ = n_iter
+        return self
+
+    def predict(self, X: Any) -> Any:
+        self._check_fitted()
+        X = check_array(X)
+        self._check_n_features(X)
+        return self._assign(self._prepare(X), self.cluster_centers_)[0]
+
+    # hooks ------------------------------------------------------------------
+    def _prepare(self, X: Any) -> Any:
+        return X
+
+    def _normalise_centres(self, C: np.ndarray) -> np.ndarray:
+        return C
+
+    def _assign(self, X: Any, C: np.ndarray) -> tuple[Any, Any]:
+        # default: the largest inner product (cosine on unit rows)
+        S = X @ C.T
+        return S.argmax(axis=1), S.max(axis=1)
+
+    def _centres(
+        self, X: Any, labels: np.ndarray, C: np.ndarray, k: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        (sums,) = compute(cluster_sums(X, labels, k))
+        counts = np.bincount(labels, minlength=k)
+        new = np.asarray(sums) / np.maximum(counts, 1)[:, None]
+        return self._normalise_centres(_reseed_empty(X, new, counts, rng))
+
+
+class KMeans(ClusterBase):
+    """Euclidean k-means: scikit-learn on numpy input, Lloyd iterations on dask input.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    n_init : int, default=1
+        Restarts (numpy input only, passed to scikit-learn).
+    max_iter, tol, random_state : as scikit-learn's.
+
+    Attributes
+    ----------
+    labels_, cluster_centers_, n_iter_
+    """
+
+    _parameter_constraints = {**_COMMON, "n_init": [("int", 1, None)]}
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        n_init: int = 1,
+        max_iter: int = 300,
+        tol: float = 1e-6,
+        random_state: Any = None,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None) -> KMeans:
+        self._check_params()
+        X = check_array(X)
+        check_n_clusters(self.n_clusters, X.shape[0])
+        self.n_features_in_ = _n_features(X)
+        seed = self.random_state
+        if isinstance(seed, np.random.Generator):
+            seed = int(seed.integers(2**31 - 1))
+        if not is_dask(X):
+            km = _SkKMeans(
+                self.n_clusters,
+                n_init=self.n_init,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                random_state=seed,
+            ).fit(X)
+            self.labels_, self.cluster_centers_, self.n_iter_ = (
+                km.labels_,
+                km.cluster_centers_,
+                km.n_iter_,
+            )
+            return self
+        lloyd = _EuclideanLloyd(
+            self.n_clusters, max_iter=self.max_iter, tol=self.tol, random_state=seed
+        ).fit(X)
+        self.labels_, self.cluster_centers_, self.n_iter_ = (
+            lloyd.labels_,
+            lloyd.cluster_centers_,
+            lloyd.n_iter_,
+        )
+        return self
+
+    def predict(self, X: Any) -> Any:
+        self._check_fitted()
+        X = check_array(X)
+        self._check_n_features(X)
+        return _EuclideanLloyd._assign(None, X, self.cluster_centers_)[0]  # type: ignore[arg-type]
+
+
+class _EuclideanLloyd(_Lloyd):
+    _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}
+    _metric = "euclidean"
+
+    def _assign(self, X: Any, C: np.ndarray) -> tuple[Any, Any]:
+        # ||x - c||^2 = ||x||^2 - 2 x·c + ||c||^2; the first term does not change the argmin
+        d2 = (X * X).sum(axis=1)[:, None] - 2.0 * (X @ C.T) + np.sum(C * C, axis=1)
+        return d2.argmin(axis=1), d2.min(axis=1)
+
+
+class SphericalKMeans(_Lloyd):
+    """Spherical k-means: cosine assignment, centres = normalised cluster means.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    init : "kmeans++" or ndarray of shape (n_clusters, n_features)
+    max_iter : int, default=100
+    tol : float, default=1e-6
+    random_state : int, Generator or None
+
+    Attributes
+    ----------
+    labels_, cluster_centers_ (unit rows), n_iter_, inertia_history_ (sum of cosines, which
+    never decreases)
+    """
+
+    _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}
+
+    def _prepare(self, X: Any) -> Any:
+        return unit_rows(X)
+
+    def _normalise_centres(self, C: np.ndarray) -> np.ndarray:
+        n = np.linalg.norm(C, axis=1, keepdims=True)
+        return C / np.where(n > 0, n, 1.0)
+
+
+class KEVD(SphericalKMeans):
+    """K-EVD: clustering into one-dimensional subspaces.
+
+    Each row goes to the centre with the largest ``|x·d|``; each centre becomes the leading
+    eigenvector of its cluster's scatter matrix, found by ``n_power`` power-iteration steps
+    per outer iteration (warm-started; each step is a K-sized weighted reduction).
+    """
+
+    _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}
+    n_power = 3
+
+    def _assign(self, X: Any, C: np.ndarray) -> tuple[Any, Any]:
+        S = abs(X @ C.T)
+        return S.argmax(axis=1), S.max(axis=1)
+
+    def _centres(
+        self, X: Any, labels: np.ndarray, C: np.ndarray, k: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        counts = np.bincount(labels, minlength=k)
+        D = C.copy()
+        for _ in range(self.n_power):
+            # (sum_i x_i x_i^T) d = sum_i (x_i·d) x_i, for every cluster at once
+            w = _own_projection(X, labels, D)
+            (sums,) = compute(cluster_sums(X, labels, k, weights=w))
+            D = self._normalise_centres(np.asarray(sums))
+        return self._normalise_centres(_reseed_empty(X, D, counts, rng))
+
+
+def _own_projection(X: Any, labels: np.ndarray, D: np.ndarray) -> Any:
+    if not is_dask(X):
+        return np.einsum("ij,ij->i", X, D[labels])
+    from ..linalg.reductions import rows_like
+
+    lab = rows_like(labels, X)[:, None]
+    return da.map_blocks(
+        lambda xb, lb: np.einsum("ij,ij->i", xb, D[lb[:, 0]]), X, lab, drop_axis=1, dtype=np.float64
+    )
+
+
+def _reseed_empty(
+    X: Any, C: np.ndarray, counts: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    empty = np.flatnonzero(counts == 0)
+    if empty.size == 0:
+        return C
+    C = C.copy()
+    rows = rng.choice(X.shape[0], size=empty.size, replace=False)
+    picked = compute(*[X[int(r)] for r in rows])
+    for c, row in zip(empty, picked, strict=True):
+        C[c] = np.asarray(row, np.float64)
+    return C

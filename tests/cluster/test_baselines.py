@@ -1,0 +1,96 @@
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn import datasets
+
+from lsd_dask import metrics
+from lsd_dask.cluster import KEVD, NMF, KMeans, SemiNMF, SoF, SpectralClustering, SphericalKMeans
+from lsd_dask.surface import grid_adjacency
+from lsd_dask.testing import blumensath_dataset, brain_grid
+
+
+@pytest.fixture(scope="module")
+def noiseless():
+    return blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=5, random_state=3)
+
+
+@pytest.mark.parametrize("cls", [KMeans, SphericalKMeans, KEVD, SpectralClustering, SemiNMF])
+def test_noiseless_recovery(cls, noiseless):
+    X, lab = noiseless
+    m = cls(5, random_state=0).fit(X)
+    assert metrics.nmi(m.labels_, lab) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("cls", [KMeans, SphericalKMeans, KEVD, SemiNMF])
+def test_dask_input_recovers_and_returns_dask(cls, noiseless):
+    X, lab = noiseless
+    m = cls(5, random_state=0).fit(da.from_array(X, chunks=(16, 40)))
+    assert isinstance(m.labels_, da.Array)
+    assert metrics.nmi(m.labels_.compute(), lab) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("cls", [SphericalKMeans, KEVD])
+def test_numpy_and_dask_agree(cls):
+    X, _, _ = brain_grid(snr_db=-3, n_features=20, n_regions=6, shape=(16, 16), random_state=1)
+    a = cls(6, random_state=2).fit(X)
+    b = cls(6, random_state=2).fit(da.from_array(X, chunks=(50, 20)))
+    np.testing.assert_array_equal(a.labels_, b.labels_.compute())
+
+
+def test_spherical_objective_monotone():
+    X, _, _ = brain_grid(snr_db=-9, n_features=20, n_regions=6, shape=(16, 16), random_state=1)
+    m = SphericalKMeans(6, random_state=0, tol=0).fit(X)
+    assert np.all(np.diff(m.inertia_history_) >= -1e-9)
+
+
+def test_spectral_iris_and_nystrom():
+    X, y = datasets.load_iris(return_X_y=True)
+    m = SpectralClustering(3, random_state=0).fit(X)
+    assert metrics.accuracy(y, m.labels_) > 0.85
+    md = SpectralClustering(3, random_state=0, n_landmarks=100).fit(da.from_array(X, chunks=50))
+    assert metrics.accuracy(y, np.asarray(md.labels_)) > 0.85
+
+
+def test_spectral_sparse_affinity_and_zero_degree():
+    A = grid_adjacency(10, 10).astype(float)
+    # two disconnected halves of the grid -> two clusters
+    A = A.tolil()
+    for i in range(10):
+        A[i * 10 + 4, i * 10 + 5] = A[i * 10 + 5, i * 10 + 4] = 0
+    A = sp.csr_matrix(A)
+    m = SpectralClustering(2, affinity="precomputed", random_state=0).fit(A)
+    truth = (np.arange(100) % 10 >= 5).astype(int)
+    assert metrics.ari(m.labels_, truth) == pytest.approx(1.0)
+    A2 = A.tolil()
+    A2[0, :] = 0
+    A2[:, 0] = 0
+    with pytest.raises(ValueError, match="zero affinity"):
+        SpectralClustering(2, affinity="precomputed").fit(sp.csr_matrix(A2))
+
+
+def test_sof_probabilities_on_simplex_and_iris():
+    X, y = datasets.load_iris(return_X_y=True)
+    m = SoF(3, random_state=0).fit(X)
+    P = m.probabilities_
+    assert P.min() >= 0
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    assert metrics.purity(y, m.labels_) > 0.85
+    assert m.entropy_.shape == (150,) and np.all(m.entropy_ >= 0)
+
+
+@pytest.mark.parametrize("solver", ["als", "mu"])
+def test_nmf_block_structure(solver):
+    rng = np.random.default_rng(0)
+    # non-negative rows with disjoint supports per cluster
+    lab = rng.integers(0, 3, 60)
+    H = np.zeros((3, 30))
+    for c in range(3):
+        H[c, c * 10 : (c + 1) * 10] = rng.random(10) + 0.5
+    A = (rng.random(60) + 0.5)[:, None] * H[lab]
+    m = NMF(3, solver=solver, random_state=0).fit(A)
+    assert metrics.nmi(m.labels_, lab) == pytest.approx(1.0)
+    md = NMF(3, solver=solver, random_state=0, max_iter=50).fit(da.from_array(A, chunks=(20, 30)))
+    assert metrics.nmi(md.labels_.compute(), lab) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="Negative values"):
+        NMF(3).fit(A - 1.0)

@@ -1,0 +1,111 @@
+import dask.array as da
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lsd_dask import metrics
+from lsd_dask.cluster import DirectionalClustering, directional_assign, select_n_clusters
+from lsd_dask.testing import blumensath_dataset, blumensath_table_data, brain_grid
+
+
+def test_paper_2d_example_goes_to_d3():
+    D = np.array([[1.0, 0.0], [0.999, 0.1], [0.707, 0.707]])
+    D /= np.linalg.norm(D, axis=1, keepdims=True)
+    x = np.array([[0.9239, 0.3827]])
+    lab, _ = directional_assign(x, D, update="pinv")
+    assert lab[0] == 2
+    # spherical k-means (largest correlation) sends it to the near-duplicate d2 instead
+    lab_c, _ = directional_assign(x, D, update="correlation")
+    assert lab_c[0] == 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    mu=st.floats(0.01, 0.25),
+    k=st.integers(2, 6),
+    noise=st.sampled_from([0.1, 1.0, 2.0]),
+)
+def test_gradient_cost_never_increases(seed, mu, k, noise):
+    X, _ = blumensath_table_data(
+        noise, n_features=30, n_clusters=k, n_samples=40, random_state=seed
+    )
+    m = DirectionalClustering(
+        k, update="gradient", normalize="D", mu=mu, max_iter=40, tol=0, random_state=seed
+    )
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m.fit(X)
+    c = np.asarray(m.cost_history_)
+    assert np.all(np.diff(c) <= 1e-9 * c[0])
+
+
+@pytest.mark.parametrize("update", ["pinv", "gradient"])
+@pytest.mark.parametrize("normalize", ["D", "S", None])
+def test_noiseless_clusters_recovered(update, normalize):
+    X, lab = blumensath_dataset(1, 0.0, n_features=50, n_samples=60, n_clusters=5, random_state=1)
+    m = DirectionalClustering(5, update=update, normalize=normalize, random_state=0).fit(X)
+    assert metrics.nmi(m.labels_, lab) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("update", ["pinv", "gradient"])
+def test_numpy_and_dask_same_labels(update):
+    X, lab, _ = brain_grid(snr_db=-3, n_features=30, n_regions=8, shape=(24, 24), random_state=0)
+    kw = dict(update=update, random_state=3, max_iter=30)
+    a = DirectionalClustering(8, **kw).fit(X)
+    b = DirectionalClustering(8, **kw).fit(da.from_array(X, chunks=(100, 30)))
+    assert isinstance(b.labels_, da.Array)
+    np.testing.assert_array_equal(a.labels_, b.labels_.compute())
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-10)
+    assert a.cost_history_ == pytest.approx(b.cost_history_)
+
+
+def test_empty_cluster_reinitialised():
+    # init with a duplicated centre: one of the pair starts empty
+    X, lab = blumensath_dataset(1, 0.0, n_features=20, n_samples=40, n_clusters=4, random_state=2)
+    centres = np.stack([X[lab == c][0] for c in range(4)])
+    centres[3] = centres[2]
+    m = DirectionalClustering(4, init=centres, random_state=0).fit(X)
+    assert np.unique(m.labels_).size == 4
+    assert metrics.nmi(m.labels_, lab) == pytest.approx(1.0)
+
+
+def test_svd_init_and_predict():
+    X, lab, _ = brain_grid(snr_db=0, n_features=30, n_regions=6, shape=(20, 20), random_state=4)
+    m = DirectionalClustering(6, init="svd", random_state=0).fit(X)
+    assert metrics.nmi(m.labels_, lab) > 0.9
+    np.testing.assert_array_equal(
+        m.predict(X),
+        directional_assign(X / np.linalg.norm(X, axis=1, keepdims=True), m.cluster_centers_)[0],
+    )
+    with pytest.raises(ValueError, match="n_clusters <= n_features"):
+        DirectionalClustering(31, init="svd").fit(X)
+
+
+def test_sample_weight_zero_rows_follow_their_centre():
+    X, lab, _ = brain_grid(snr_db=0, n_features=30, n_regions=4, shape=(16, 16), random_state=5)
+    w = np.ones(X.shape[0])
+    w[:10] = 3.0
+    m = DirectionalClustering(4, random_state=0).fit(X, sample_weight=w)
+    assert metrics.nmi(m.labels_, lab) > 0.9
+    with pytest.raises(ValueError, match="sample_weight"):
+        DirectionalClustering(4).fit(X, sample_weight=-w)
+
+
+def test_select_n_clusters_aic():
+    X, lab = blumensath_dataset(1, 1.0, n_features=200, n_samples=120, n_clusters=6, random_state=0)
+    best, scores = select_n_clusters(X, range(2, 11))
+    assert abs(best - 6) <= 2  # the paper: correct within ±2
+    assert set(scores) == set(range(2, 11))
+
+
+def test_bad_input():
+    X = np.random.default_rng(0).standard_normal((10, 4))
+    X[3] = 0
+    with pytest.raises(ValueError, match="all-zero"):
+        DirectionalClustering(2).fit(X)
+    with pytest.raises(ValueError, match="invalid update"):
+        DirectionalClustering(2, update="x").fit(X)
