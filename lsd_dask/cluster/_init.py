@@ -39,6 +39,9 @@ def kmeanspp_rows(
     idx = sample_rows(X, rng)
     S = X[idx]
     S = np.asarray(S.compute() if is_dask(S) else S, dtype=np.float64)
+    if metric == "cosine":  # directions only: the seeding ignores row lengths (weights)
+        norms = np.linalg.norm(S, axis=1, keepdims=True)
+        S = S / np.where(norms > 0, norms, 1.0)
     m = S.shape[0]
     first = int(rng.integers(m))
     centers = [S[first]]

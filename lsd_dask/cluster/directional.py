@@ -3,7 +3,10 @@
 Model (rows are samples): ``X ≈ S̄ D`` with X (n × d) unit-norm rows, D (K × d) cluster
 centres and S̄ (n × K) with one non-zero per row. Each iteration:
 
-a) ``S̄ = P(S)``: keep each row's largest (most positive) entry;
+a) ``S̄ = P(S)``: keep each row's largest (most positive) entry, clipped at 0: a sample
+   pointing away from every centre gets no weight. This makes P the projection onto
+   non-negative 1-sparse rows, which the monotonicity argument below needs (with a
+   negative coefficient kept, a gradient step can raise the cost);
 b) empty clusters re-initialised with the sample of largest residual ``||x_i - s̄_i d||``
    from a cluster of two or more;
 c) ``D = (S̄^T S̄)^{-1} S̄^T X`` (a per-cluster weighted mean), optionally unit rows, with
@@ -65,8 +68,8 @@ class DirectionalClustering(ClusterBase):
         centre norm, so the paper's bound (stated for unit centres) holds whatever
         ``normalize`` is; with ``normalize="D"`` it is used as given.
     max_iter : int, default=100
-    tol : float, default=1e-6
-        Stop when the relative decrease of the cost is below ``tol``.
+    tol : float, default=1e-4
+        Stop when the relative change of the cost is below ``tol`` (the paper's rule).
     random_state : int, Generator or None
 
     Attributes
@@ -101,7 +104,7 @@ class DirectionalClustering(ClusterBase):
         init: Any = "kmeans++",
         mu: float | None = None,
         max_iter: int = 100,
-        tol: float = 1e-6,
+        tol: float = 1e-4,
         random_state: Any = None,
     ) -> None:
         self.n_clusters = n_clusters
@@ -271,6 +274,7 @@ def _fit_directional(
     D = _unit(D)
     # initial assignment by correlation with the centres, then the first centre update
     labels, sbar = _as_numpy(*compute(*directional_assign(X, D, update="correlation")))
+    sbar = np.maximum(sbar, 0.0)
     stats = _stats(X, labels, sbar, D, k)
     labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
     D, sbar = _update_centres(stats, labels, sbar, normalize)
@@ -299,14 +303,14 @@ def _fit_directional(
                 chosen = (new_labels.astype(np.int64), new_sbar.astype(np.float64))
                 break
         assert chosen is not None
-        changed = not np.array_equal(chosen[0], labels)
         labels, sbar = chosen
         stats = _stats(X, labels, sbar, D, k)
         labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
         D, sbar = _update_centres(stats, labels, sbar, normalize)
         costs.append(_cost(sqnorm_total, stats, D, sbar, labels))
         prev, cur = costs[-2], costs[-1]
-        if not changed and abs(prev - cur) <= tol * max(prev, 1e-300):
+        # the paper's rule: stop when the relative change of the cost is small
+        if abs(prev - cur) <= tol * max(prev, 1e-300):
             converged = True
             break
     return _Result(labels, sbar, D, costs, n_iter, converged)
@@ -349,7 +353,7 @@ def _assign(
         S = SbarA + mu * XDt
         if colscale is not None:
             S = S * colscale
-    return S.argmax(axis=1), S.max(axis=1)
+    return S.argmax(axis=1), _clip0(S.max(axis=1))
 
 
 def _stats(X: Any, labels: np.ndarray, sbar: np.ndarray, D: np.ndarray, k: int) -> dict[str, Any]:
@@ -373,7 +377,8 @@ def _stats(X: Any, labels: np.ndarray, sbar: np.ndarray, D: np.ndarray, k: int) 
 def _reinit_empty(
     X: Any, labels: np.ndarray, sbar: np.ndarray, stats: dict[str, Any], k: int
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    empty = np.flatnonzero(stats["counts"] == 0)
+    # a cluster whose members all have zero coefficients has no centre either
+    empty = np.flatnonzero((stats["counts"] == 0) | (stats["ss"] <= 0))
     if empty.size == 0:
         return labels, sbar, stats
     labels, sbar = labels.copy(), sbar.copy()
@@ -392,7 +397,9 @@ def _reinit_empty(
         ss[old] -= sbar[i] ** 2
         counts[old] -= 1
         labels[i], sbar[i] = c, 1.0
-        sums[c], ss[c], counts[c] = xi, 1.0, 1
+        sums[c] += xi  # members it may have all carry zero weight
+        ss[c] += 1.0
+        counts[c] += 1
         resid[i] = -np.inf
     return labels, sbar, {"sums": sums, "ss": ss, "counts": counts, "resid": resid}
 
@@ -445,6 +452,10 @@ def _s_column_scale(
         StS = A.T @ SbS @ A + m * (A.T @ SbX @ D.T) + m * (D @ SbX.T @ A) + m * m * (D @ G @ D.T)
     norms = np.sqrt(np.maximum(np.diag(StS), 0.0))
     return np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 1.0)
+
+
+def _clip0(v: Any) -> Any:
+    return da.maximum(v, 0.0) if is_dask(v) else np.maximum(v, 0.0)
 
 
 def _own_centre_projection(X: Any, labels: np.ndarray, D: np.ndarray) -> Any:

@@ -119,7 +119,12 @@ def run_demo(
 
 
 def default_methods() -> dict[str, Callable[[int, int], Any]]:
-    """Every clustering method the package offers, keyed by a display name."""
-    from sklearn.cluster import KMeans
+    """The methods the demo compares, keyed by a display name (directional first)."""
+    from ..cluster import LSD, DirectionalClustering, HierarchicalLSD, SphericalKMeans
 
-    return {"kmeans (scikit-learn)": lambda k, seed: KMeans(k, n_init=4, random_state=seed)}
+    return {
+        "directional": lambda k, seed: DirectionalClustering(k, random_state=seed),
+        "LSD (rotation)": lambda k, seed: LSD(k, random_state=seed),
+        "hierarchical LSD": lambda k, seed: HierarchicalLSD(k, random_state=seed),
+        "spherical k-means": lambda k, seed: SphericalKMeans(k, random_state=seed),
+    }

@@ -85,14 +85,19 @@ def test_svd_init_and_predict():
         DirectionalClustering(31, init="svd").fit(X)
 
 
-def test_sample_weight_zero_rows_follow_their_centre():
+def test_sample_weight():
     X, lab, _ = brain_grid(snr_db=0, n_features=30, n_regions=4, shape=(16, 16), random_state=5)
-    w = np.ones(X.shape[0])
-    w[:10] = 3.0
-    m = DirectionalClustering(4, random_state=0).fit(X, sample_weight=w)
-    assert metrics.nmi(m.labels_, lab) > 0.9
+    plain = DirectionalClustering(4, random_state=0).fit(X)
+    # a common factor on every row rescales S̄ only: the same clustering
+    same = DirectionalClustering(4, random_state=0).fit(X, sample_weight=np.full(X.shape[0], 2.5))
+    np.testing.assert_array_equal(plain.labels_, same.labels_)
+    # noiseless clusters are recovered whatever the per-row weights
+    Xc, labc = blumensath_dataset(1, 0.0, n_features=30, n_samples=50, n_clusters=4, random_state=6)
+    w = np.random.default_rng(0).uniform(0.5, 3.0, Xc.shape[0])
+    m = DirectionalClustering(4, random_state=0).fit(Xc, sample_weight=w)
+    assert metrics.nmi(m.labels_, labc) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="sample_weight"):
-        DirectionalClustering(4).fit(X, sample_weight=-w)
+        DirectionalClustering(4).fit(X, sample_weight=-np.ones(X.shape[0]))
 
 
 def test_select_n_clusters_aic():
