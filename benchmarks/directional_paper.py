@@ -94,7 +94,8 @@ def fig_6(instances: int) -> tuple[str, dict[str, float]]:
         ("beta", dict(variant="beta")),
     ]
     out = [
-        f"\n#### Brain-like grid (4096 × 100, 40 regions): mean NMI / mean s per fit ({instances} instances)\n"
+        "\n#### Brain-like grid (4096 × 100, 40 regions): mean NMI / mean s per fit "
+        f"({instances} instances)\n"
     ]
     out.append("| method | " + " | ".join(v[0] for v in variants) + " |")
     out.append("|---|" + "---|" * len(variants))
