@@ -57,8 +57,8 @@ def top_eigenpairs_from_factor(
 ) -> tuple[np.ndarray, Any]:
     """Top-k eigenpairs of ``K = F F^T`` from the SVD of F (n × r), no n×n array.
 
-    numpy: exact thin SVD. dask with one column chunk: exact tall-skinny QR SVD
-    (``dask.array.linalg.svd``); otherwise a randomized SVD.
+    numpy: exact thin SVD. dask with one column chunk and r <= 4000: exact tall-skinny QR
+    SVD (``dask.array.linalg.svd``); otherwise :func:`lsd_dask.linalg.randomized_svd`.
     """
     n, r = F.shape
     if k > min(n, r):
@@ -67,8 +67,9 @@ def top_eigenpairs_from_factor(
         if F.numblocks[1] == 1 and r <= 4000:
             U, s, _ = da.linalg.svd(F)
         else:
-            seed = int(check_random_state(random_state).integers(2**31))
-            U, s, _ = da.linalg.svd_compressed(F, k, n_power_iter=4, seed=seed)
+            from .randomized import randomized_svd
+
+            U, s, _ = randomized_svd(F, k, n_power_iter=4, random_state=random_state)
         (s,) = compute(s)
         return _fix_signs(np.asarray(s[:k], np.float64) ** 2, U[:, :k])
     U, s, _ = np.linalg.svd(np.asarray(F, np.float64), full_matrices=False)

@@ -1,0 +1,180 @@
+"""Zarr v3 layout of one split: vertices × (subjects · timepoints), float32.
+
+Layout: a Zarr group with one array ``data`` of shape ``(n_vertices, n_subjects * T)``,
+chunked one subject per column chunk and ``vertex_chunk`` vertices per row chunk (sized for
+64–256 MB chunks by default), plus group attributes: ``subjects`` (ids), ``timepoints``
+(per subject), ``vertex_mask`` (kept vertices, as a list of bools or None), ``mesh`` (an
+identity string) and ``complete``.
+
+Writes are atomic: the group is built under a temporary sibling name
+(``<name>.partial-<random>``), marked ``complete``, then renamed into place. An interrupted
+write leaves only the ``.partial-`` folder, which :func:`open_split` never opens; a folder
+without the completion mark is refused.
+
+Codec: none by default. On this machine reading float32 through dask ran at 1.74 GB/s
+uncompressed against 0.55–0.64 GB/s with zarr's default zstd, which saves only ~8 % on
+noisy data (shared/MEASURED.md); ``compressor="lz4"`` selects Blosc-LZ4 with byte shuffle.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import zarr
+
+__all__ = ["SplitStore", "write_split", "open_split", "vertex_chunk_for"]
+
+_ARRAY = "data"
+
+
+@dataclass(frozen=True)
+class SplitStore:
+    """An opened split: the lazy data and its metadata."""
+
+    data: da.Array
+    subjects: list[str]
+    timepoints: list[int]
+    vertex_mask: np.ndarray | None
+    mesh: str | None
+    path: Path
+
+
+def vertex_chunk_for(n_vertices: int, n_timepoints: int, target_mb: float = 128.0) -> int:
+    """Rows per chunk so that one (rows × T) float32 chunk is about ``target_mb``."""
+    rows = int(target_mb * 2**20 / (4 * max(n_timepoints, 1)))
+    return int(max(1, min(n_vertices, rows)))
+
+
+def write_split(
+    path: str | os.PathLike[str],
+    subjects: Iterable[tuple[str, Any]],
+    *,
+    n_vertices: int,
+    timepoints: int | list[int],
+    vertex_mask: np.ndarray | None = None,
+    mesh: str | None = None,
+    vertex_chunk: int | None = None,
+    compressor: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write one split, subject by subject (one subject in memory at a time).
+
+    Parameters
+    ----------
+    path : path of the Zarr group to create
+    subjects : iterable of (subject_id, array of shape (n_vertices, T_s))
+        Consumed once; arrays may be numpy or dask.
+    n_vertices : int
+    timepoints : int or list of int
+        T of every subject (int), or one per subject. Column chunks follow the subjects.
+    vertex_mask : bool ndarray of shape (n_vertices,), optional
+    mesh : str, optional
+        An identity of the surface (e.g. "fsLR32k" or a file hash).
+    vertex_chunk : int, optional
+        Rows per chunk; default from :func:`vertex_chunk_for` (about 128 MB chunks).
+    compressor : {None, "lz4", "zstd"}
+    overwrite : bool
+        Replace a complete store already at ``path``.
+
+    Returns
+    -------
+    Path of the completed store.
+    """
+    final = Path(path)
+    if final.exists() and not overwrite:
+        raise FileExistsError(f"{final} exists; pass overwrite=True to replace it.")
+    items = list(subjects) if not isinstance(subjects, list) else subjects
+    tps = (
+        [int(timepoints)] * len(items)
+        if isinstance(timepoints, int)
+        else [int(t) for t in timepoints]
+    )
+    if len(tps) != len(items):
+        raise ValueError(f"{len(tps)} timepoint counts for {len(items)} subjects.")
+    if vertex_mask is not None and np.asarray(vertex_mask).shape != (n_vertices,):
+        raise ValueError("vertex_mask must have one entry per vertex.")
+    rows = vertex_chunk or vertex_chunk_for(n_vertices, max(tps))
+    tmp = final.parent / f"{final.name}.partial-{uuid.uuid4().hex[:8]}"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+        total = int(sum(tps))
+        # regular chunks need equal T; unequal T uses the largest as the column chunk
+        arr = group.create_array(
+            _ARRAY,
+            shape=(n_vertices, total),
+            chunks=(rows, max(tps)),
+            dtype="float32",
+            compressors=_compressors(compressor),
+            fill_value=0.0,
+        )
+        col = 0
+        ids = []
+        for (sid, x), t in zip(items, tps, strict=True):
+            x = x.compute() if isinstance(x, da.Array) else np.asarray(x)
+            if x.shape != (n_vertices, t):
+                raise ValueError(
+                    f"subject {sid!r} has shape {x.shape}; expected ({n_vertices}, {t})."
+                )
+            arr[:, col : col + t] = x.astype(np.float32, copy=False)
+            col += t
+            ids.append(str(sid))
+        group.attrs.update(
+            {
+                "subjects": ids,
+                "timepoints": tps,
+                "vertex_mask": None
+                if vertex_mask is None
+                else np.asarray(vertex_mask, bool).tolist(),
+                "mesh": mesh,
+                "complete": True,
+            }
+        )
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def open_split(path: str | os.PathLike[str]) -> SplitStore:
+    """Open a completed split store lazily (``dask.array.from_zarr``, the store's chunks)."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no split store at {p}.")
+    group = zarr.open_group(str(p), mode="r")
+    attrs = dict(group.attrs)
+    if not attrs.get("complete"):
+        raise ValueError(f"{p} is not a complete split store (interrupted write?); rewrite it.")
+    arr = group[_ARRAY]
+    mask = attrs.get("vertex_mask")
+    return SplitStore(
+        data=da.from_zarr(arr),
+        subjects=list(attrs["subjects"]),
+        timepoints=[int(t) for t in attrs["timepoints"]],
+        vertex_mask=None if mask is None else np.asarray(mask, bool),
+        mesh=attrs.get("mesh"),
+        path=p,
+    )
+
+
+def _compressors(name: str | None) -> Any:
+    if name is None:
+        return None
+    from zarr.codecs import BloscCodec, ZstdCodec
+
+    if name == "lz4":
+        return BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
+    if name == "zstd":
+        return ZstdCodec()
+    raise ValueError(f"compressor must be None, 'lz4' or 'zstd', got {name!r}.")

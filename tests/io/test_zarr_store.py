@@ -1,0 +1,73 @@
+import numpy as np
+import pytest
+
+from lsd_dask.io import open_split, write_split
+
+
+def _subjects(n=50, t=8, s=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(f"sub-{i}", rng.standard_normal((n, t)).astype(np.float32)) for i in range(s)]
+
+
+def test_roundtrip_layout_and_attrs(tmp_path):
+    subs = _subjects()
+    mask = np.ones(50, bool)
+    mask[:5] = False
+    p = write_split(
+        tmp_path / "split1.zarr",
+        subs,
+        n_vertices=50,
+        timepoints=8,
+        vertex_mask=mask,
+        mesh="ico3",
+        vertex_chunk=16,
+    )
+    st = open_split(p)
+    assert st.data.dtype == np.float32 and st.data.shape == (50, 24)
+    assert st.data.chunks == ((16, 16, 16, 2), (8, 8, 8))  # one subject per column chunk
+    np.testing.assert_array_equal(st.data.compute(), np.concatenate([x for _, x in subs], 1))
+    assert st.subjects == ["sub-0", "sub-1", "sub-2"] and st.timepoints == [8, 8, 8]
+    np.testing.assert_array_equal(st.vertex_mask, mask)
+    assert st.mesh == "ico3"
+    # the store is real zarr v3 on disk
+    import zarr
+
+    assert zarr.open_group(str(p), mode="r").metadata.zarr_format == 3
+
+
+def test_interrupted_write_leaves_nothing_that_opens(tmp_path):
+    subs = _subjects()
+
+    def broken():
+        yield subs[0]
+        yield ("sub-bad", np.zeros((49, 8), np.float32))  # wrong shape mid-write
+
+    with pytest.raises(ValueError, match="expected \\(50, 8\\)"):
+        write_split(tmp_path / "s.zarr", broken(), n_vertices=50, timepoints=8)
+    assert not (tmp_path / "s.zarr").exists()
+    assert list(tmp_path.iterdir()) == []  # the partial folder was removed
+    with pytest.raises(FileNotFoundError):
+        open_split(tmp_path / "s.zarr")
+
+
+def test_incomplete_store_refused(tmp_path):
+    import zarr
+
+    g = zarr.open_group(str(tmp_path / "x.zarr"), mode="w")
+    g.create_array("data", shape=(2, 2), dtype="float32")
+    with pytest.raises(ValueError, match="not a complete split store"):
+        open_split(tmp_path / "x.zarr")
+
+
+def test_no_silent_overwrite(tmp_path):
+    p = write_split(tmp_path / "s.zarr", _subjects(), n_vertices=50, timepoints=8)
+    with pytest.raises(FileExistsError):
+        write_split(p, _subjects(seed=1), n_vertices=50, timepoints=8)
+    write_split(p, _subjects(seed=1), n_vertices=50, timepoints=8, overwrite=True)
+    np.testing.assert_array_equal(open_split(p).data[:, :8].compute(), _subjects(seed=1)[0][1])
+
+
+def test_lz4_codec(tmp_path):
+    subs = _subjects()
+    p = write_split(tmp_path / "c.zarr", subs, n_vertices=50, timepoints=8, compressor="lz4")
+    np.testing.assert_array_equal(open_split(p).data[:, 8:16].compute(), subs[1][1])

@@ -1,0 +1,129 @@
+import threading
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+from lsd_dask.io import open_split, write_split
+from lsd_dask.linalg.randomized import randomized_svd, streaming_svd
+
+
+def _low_rank(n=600, t=50, s=4, r=15, noise=0.3, seed=0):
+    rng = np.random.default_rng(seed)
+    L = rng.standard_normal((n, r)) * np.linspace(10, 2, r)
+    return [
+        (
+            f"s{i}",
+            (L @ rng.standard_normal((r, t)) + noise * rng.standard_normal((n, t))).astype(
+                np.float32
+            ),
+        )
+        for i in range(s)
+    ]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    subs = _low_rank()
+    p = write_split(
+        tmp_path_factory.mktemp("z") / "split.zarr",
+        subs,
+        n_vertices=600,
+        timepoints=50,
+        vertex_chunk=128,
+    )
+    X = np.concatenate([x for _, x in subs], axis=1).astype(np.float64)
+    U, s, Vt = np.linalg.svd(X, full_matrices=False)
+    return p, subs, (U, s, Vt)
+
+
+def _min_cos(U, V):
+    return np.linalg.svd(np.asarray(U, np.float64).T @ V)[1].min()
+
+
+def test_randomized_matches_exact(store):
+    p, _, (U0, s0, _) = store
+    X = open_split(p).data
+    U, s, Vt = randomized_svd(X, 10, random_state=0)
+    assert isinstance(U, da.Array)
+    U = U.compute()
+    assert U.dtype == np.float32 and s.dtype == np.float32 and Vt.dtype == np.float32
+    np.testing.assert_allclose(s, s0[:10], rtol=1e-3)
+    assert _min_cos(U, U0[:, :10]) > 0.999  # principal angles all below ~2.6 degrees
+    # U s Vt reconstructs the rank-10 truncation
+    approx = (U * s) @ Vt
+    assert np.linalg.norm(approx - X.compute() @ Vt.T @ Vt) < 1e-2 * np.linalg.norm(approx)
+
+
+def test_same_seed_same_result_and_signs(store):
+    p, _, _ = store
+    X = open_split(p).data
+    a = randomized_svd(X, 8, random_state=3)
+    b = randomized_svd(X, 8, random_state=3)
+    np.testing.assert_array_equal(a[0].compute(), b[0].compute())
+    np.testing.assert_array_equal(a[1], b[1])
+    U = a[0].compute()
+    big = np.abs(U).argmax(axis=0)
+    assert np.all(U[big, np.arange(8)] > 0)
+
+
+def test_number_of_passes_is_bounded(store):
+    p, _, _ = store
+    X = open_split(p).data
+    count = {"n": 0}
+    lock = threading.Lock()
+
+    def counted(block):
+        with lock:
+            count["n"] += 1
+        return block
+
+    Xc = X.map_blocks(counted, dtype=X.dtype)
+    for q in (0, 1, 3):
+        count["n"] = 0
+        U, s, Vt = randomized_svd(Xc, 5, n_power_iter=q, random_state=0)
+        U.compute()
+        assert count["n"] == (2 * q + 2) * X.npartitions
+
+
+def test_streaming_matches_exact_with_bounded_keep(store):
+    _, subs, (U0, s0, _) = store
+    U, s, Vt = streaming_svd((x for _, x in subs), 10, n_keep=30)
+    assert Vt is None and U.dtype == np.float32
+    np.testing.assert_allclose(s, s0[:10], rtol=1e-3)
+    assert _min_cos(U, U0[:, :10]) > 0.999
+    # dask blocks are accepted and give the same answer
+    U2, s2, _ = streaming_svd((da.from_array(x, chunks=(100, 50)) for _, x in subs), 10, n_keep=30)
+    np.testing.assert_allclose(s2, s, rtol=1e-5)
+
+
+def test_randomized_under_distributed_client(store):
+    from distributed import Client, LocalCluster
+
+    p, _, (U0, s0, _) = store
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster),
+    ):
+        U, s, _ = randomized_svd(open_split(p).data, 6, random_state=0)
+        U = U.compute()
+    np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
+    with dask.config.set(scheduler="threads"):
+        U_t, s_t, _ = randomized_svd(open_split(p).data, 6, random_state=0)
+    np.testing.assert_allclose(s_t, s, rtol=1e-5)
+    np.testing.assert_allclose(np.abs(U_t.compute()), np.abs(U), atol=1e-4)
+
+
+def test_bad_k(store):
+    p, _, _ = store
+    with pytest.raises(ValueError, match="k must be in"):
+        randomized_svd(open_split(p).data, 1000)
+    with pytest.raises(ValueError, match="n_keep"):
+        streaming_svd([np.ones((5, 5))], 4, n_keep=2)
