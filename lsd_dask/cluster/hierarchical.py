@@ -5,9 +5,10 @@ within-cluster similarity ``w(C) = 2 / (n (n + 1)) sum_{i <= j in C} K_ij`` into
 LSD for k = 2 (closed form, no iterations), until there are ``n_clusters`` leaves.
 
 How a leaf splits depends only on its members, never on the order of splits. So the splits
-of several leaves are computed concurrently (Dask tasks: threads, or the workers of a
-connected ``distributed`` client), and the greedy order is applied afterwards; the result
-equals the sequential algorithm's exactly.
+of several leaves are computed concurrently and the greedy order is applied afterwards; the
+result equals the sequential algorithm's exactly. With an active ``distributed`` client the
+similarity factor is scattered to every worker once and each split is a future, so
+different workers split different leaves; without one, dask's threads do.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def _divisive(
     leaves = [0]
     next_id = 1
     tree: list[Split] = []
-    payload = dask.delayed(data, pure=True) if concurrent else data
+    runner = _SplitRunner(data, dense) if concurrent else None
     while len(leaves) < k:
         candidates = sorted(
             (lf for lf in leaves if splits.get(lf, ()) is not None and members[lf].size >= 2),
@@ -142,8 +143,7 @@ def _divisive(
             if concurrent:
                 # speculatively split the leaves the greedy order may take next
                 todo = [lf for lf in candidates[: k - len(leaves)] if lf not in splits]
-                tasks = [dask.delayed(_split_leaf)(payload, members[lf], dense) for lf in todo]
-                for lf, res in zip(todo, dask.compute(*tasks), strict=True):
+                for lf, res in zip(todo, runner.run([members[lf] for lf in todo]), strict=True):
                     splits[lf] = res
             else:
                 splits[target] = _split_leaf(data, members[target], dense)
@@ -158,11 +158,49 @@ def _divisive(
         tree.append(Split(target, ids, int(members[target].size), sim[target]))
         leaves.remove(target)
         leaves.extend(ids)
+    if runner is not None:
+        runner.close()
     labels = np.empty(n, np.int64)
     order = sorted(leaves)
     for j, lf in enumerate(order):
         labels[members[lf]] = j
     return labels, tree, np.array([sim[lf] for lf in order])
+
+
+class _SplitRunner:
+    """Runs leaf splits concurrently: futures on a distributed client when one is active
+    (the data scattered to the workers once), otherwise dask's threaded scheduler."""
+
+    def __init__(self, data: np.ndarray, dense: bool) -> None:
+        self.dense = dense
+        self.client = _active_client()
+        if self.client is not None:
+            [self.data] = self.client.scatter([data], broadcast=True, hash=False)
+        else:
+            self.data = dask.delayed(data, pure=True)
+
+    def run(self, index_sets: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        if self.client is not None:
+            futures = [
+                self.client.submit(_split_leaf, self.data, idx, self.dense, pure=False)
+                for idx in index_sets
+            ]
+            return self.client.gather(futures)
+        tasks = [dask.delayed(_split_leaf)(self.data, idx, self.dense) for idx in index_sets]
+        return list(dask.compute(*tasks, scheduler="threads"))
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.cancel([self.data])
+
+
+def _active_client() -> Any:
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None
 
 
 def _split_leaf(

@@ -1,0 +1,236 @@
+"""Rank-k SVD side by side on one Zarr input: ours (randomized, streaming) against
+dask's svd_compressed, scikit-learn's randomized_svd (in memory) and the exact SVD via the
+Gram matrix.
+
+Each method runs in its own subprocess on a LocalCluster of 2 single-threaded workers with
+a per-worker memory limit (``--worker-memory``) below the data size at the large sizes, so
+the input cannot be held. Peak memory is the largest resident set of the whole process tree
+(client and workers), sampled every 0.2 s. The FLOP bound is ``passes × 2 n m l`` at the
+float32 GEMM rate measured at the start of the same run.
+
+Run: ``python benchmarks/svd.py --sizes small medium full --out /tmp/svd_bench``.
+Prints a Markdown table; ``full`` is the mission's 64,984 × 33,000 at rank 1,000 (8.6 GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+SIZES = {
+    # name: (n_vertices, n_subjects, T, rank k, latent components)
+    "small": (8000, 4, 1000, 100, 200),
+    "medium": (64984, 4, 1000, 500, 400),
+    "full": (64984, 33, 1000, 1000, 1200),
+}
+METHODS = (
+    "ours-randomized",
+    "ours-streaming",
+    "dask-svd_compressed",
+    "sklearn-randomized",
+    "exact-gram",
+)
+
+
+def make_store(path: Path, size: str) -> Path:
+    from lsd_dask.io import write_split
+
+    n, s, t, _, r = SIZES[size]
+    if (path / "done").exists():
+        return path / "split.zarr"
+    rng = np.random.default_rng(0)
+    L = (rng.standard_normal((n, r)) * np.geomspace(5, 0.5, r)).astype(np.float32)
+
+    def subjects():
+        for i in range(s):
+            g = np.random.default_rng([1, i])
+            x = L @ g.standard_normal((r, t), dtype=np.float32)
+            x += g.standard_normal((n, t), dtype=np.float32)
+            yield f"sub-{i:03d}", x
+
+    write_split(path / "split.zarr", subjects(), n_vertices=n, timepoints=t, overwrite=True)
+    (path / "done").touch()
+    return path / "split.zarr"
+
+
+def gemm_gflops() -> float:
+    a = np.random.default_rng(0).standard_normal((4000, 4000), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((4000, 1000), dtype=np.float32)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(3):
+        a @ b
+    return 3 * 2 * 4000 * 4000 * 1000 / (time.perf_counter() - t0) / 1e9
+
+
+def run_one(method: str, store: Path, k: int, worker_memory: str, out: Path) -> dict:
+    """Child process: run one method, write U (n × k) to out/U_<method>.npy."""
+    import dask
+    import psutil
+    from distributed import Client, LocalCluster
+
+    from lsd_dask.io import open_split
+    from lsd_dask.linalg import randomized_svd, streaming_svd
+
+    peak = {"rss": 0}
+    stop = threading.Event()
+    me = psutil.Process()
+
+    def sample():
+        while not stop.is_set():
+            try:
+                procs = [me, *me.children(recursive=True)]
+                peak["rss"] = max(peak["rss"], sum(p.memory_info().rss for p in procs))
+            except psutil.Error:
+                pass
+            time.sleep(0.2)
+
+    threading.Thread(target=sample, daemon=True).start()
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            memory_limit=worker_memory,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster),
+    ):
+        X = open_split(store).data
+        passes = None
+        t0 = time.perf_counter()
+        if method == "ours-randomized":
+            U, s, _ = randomized_svd(X, k, n_power_iter=2, random_state=0)
+            U = U.compute()
+            passes = 6
+        elif method == "ours-streaming":
+            st = open_split(store)
+            cols = np.cumsum([0, *st.timepoints])
+            blocks = (X[:, a:b] for a, b in zip(cols[:-1], cols[1:], strict=True))
+            U, s, _ = streaming_svd(blocks, k, n_keep=2 * k)
+            passes = 1
+        elif method == "dask-svd_compressed":
+            import dask.array as da
+
+            U, s, _ = da.linalg.svd_compressed(X, k, n_power_iter=2, seed=0, compute=True)
+            U, s = dask.compute(U, s)
+            passes = 6
+        elif method == "sklearn-randomized":
+            from sklearn.utils.extmath import randomized_svd as sk_rsvd
+
+            A = X.compute()  # in memory: the client process holds the whole matrix
+            U, s, _ = sk_rsvd(A, k, n_iter=2, random_state=0)
+            passes = 6
+        elif method == "exact-gram":
+            G = (X.T @ X).compute().astype(np.float64)  # m × m
+            w, V = np.linalg.eigh(G)
+            V = V[:, ::-1][:, :k]
+            s = np.sqrt(np.maximum(w[::-1][:k], 0))
+            U = (X @ V.astype(np.float32)).compute() / s
+            passes = 2
+        wall = time.perf_counter() - t0
+    stop.set()
+    np.save(out / f"U_{method}.npy", np.asarray(U, np.float32))
+    np.save(out / f"s_{method}.npy", np.asarray(s, np.float64))
+    return {"method": method, "wall_s": wall, "peak_gb": peak["rss"] / 1e9, "passes": passes}
+
+
+def flops(method: str, n: int, subjects: int, t: int, k: int, passes: int) -> float:
+    """Multiply-add count of each method's GEMMs (the part that can run at the GEMM rate)."""
+    m = subjects * t
+    if method == "exact-gram":
+        return 2.0 * n * m * m + 2.0 * n * m * k  # X^T X, then X V (the m×m eigh excluded)
+    if method == "ours-streaming":
+        w = 2 * k + t  # running width after appending a block
+        return subjects * (2.0 * n * w * w + 2.0 * n * w * 2 * k)  # W^T W, then W V
+    return passes * 2.0 * n * m * (k + 10)
+
+
+def capture(U: np.ndarray, U_ref: np.ndarray) -> tuple[float, float]:
+    """Subspace capture: mean and minimum cosine of the principal angles."""
+    c = np.linalg.svd(U.astype(np.float64).T @ U_ref.astype(np.float64), compute_uv=False)
+    return float(c.mean()), float(c.min())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sizes", nargs="+", default=["small", "medium"], choices=list(SIZES))
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--out", default="/tmp/lsd_svd_bench")
+    ap.add_argument("--worker-memory", default="3GB")
+    ap.add_argument(
+        "--one", nargs=4, metavar=("METHOD", "STORE", "K", "OUT"), help=argparse.SUPPRESS
+    )
+    args = ap.parse_args()
+    if args.one:
+        m, store, k, out = args.one
+        print(json.dumps(run_one(m, Path(store), int(k), args.worker_memory, Path(out))))
+        return
+    gf = gemm_gflops()
+    print(
+        f"float32 GEMM: {gf:.0f} GFLOP/s (2 threads); worker memory limit {args.worker_memory} x 2"
+    )
+    print(
+        "\n| size | method | wall s | passes | FLOP-bound s | ratio | peak GB "
+        "| max rel. err s (top 10 / all k) | subspace capture mean / min |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for size in args.sizes:
+        n, subj, t, k, _ = SIZES[size]
+        m = subj * t
+        root = Path(args.out) / size
+        root.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        store = make_store(root, size)
+        print(f"<!-- {size}: store written in {time.perf_counter() - t0:.0f} s -->", flush=True)
+        results = {}
+        for method in args.methods:
+            if method == "exact-gram" and m > 8000:
+                continue  # an m × m eigh of 33,000² takes tens of minutes here
+            if method == "sklearn-randomized" and n * m * 4 > 12e9:
+                continue
+            cmd = [
+                sys.executable,
+                __file__,
+                "--worker-memory",
+                args.worker_memory,
+                "--one",
+                method,
+                str(store),
+                str(k),
+                str(root),
+            ]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(f"<!-- {method} failed: {proc.stderr[-500:]} -->", flush=True)
+                continue
+            results[method] = json.loads(proc.stdout.strip().splitlines()[-1])
+        ref = "exact-gram" if "exact-gram" in results else "ours-randomized"
+        U_ref = np.load(root / f"U_{ref}.npy")
+        s_ref = np.load(root / f"s_{ref}.npy")
+        for method, r in results.items():
+            U = np.load(root / f"U_{method}.npy")
+            s = np.load(root / f"s_{method}.npy")
+            err10 = np.max(np.abs(s[:10] / s_ref[:10] - 1))
+            errk = np.max(np.abs(s / s_ref - 1))
+            cm, cmin = capture(U, U_ref)
+            bound = flops(method, n, subj, t, k, r["passes"]) / (gf * 1e9)
+            print(
+                f"| {size} {n}×{m} k={k} | {method} | {r['wall_s']:.1f} | {r['passes']} | "
+                f"{bound:.1f} | "
+                f"{r['wall_s'] / bound:.1f} | {r['peak_gb']:.2f} | {err10:.1e} / {errk:.1e} | "
+                f"{cm:.4f} / {cmin:.4f} |",
+                flush=True,
+            )
+        print(f"<!-- reference for {size}: {ref} -->", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Connecting to, or starting, the Dask cluster a run uses.
+
+``connect`` takes a scheduler address, a cluster-config YAML from ``cluster_configs/``, or
+nothing (a LocalCluster), and returns a ``distributed.Client`` usable as a context manager;
+a cluster started here is closed with the client. The dashboard link is printed.
+
+Config files have a ``type`` (local, remote, slurm, pbs) and a section of that name whose
+keys are the cluster class's own: LocalCluster's arguments for ``local``; an ``address``,
+``timeout`` and optional TLS ``security`` for ``remote``; dask-jobqueue's configuration
+names (``cores``, ``memory``, ``job-extra-directives``, ...; hyphens or underscores) for
+``slurm`` and ``pbs``, plus ``n_workers`` jobs to start.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from distributed import Client, LocalCluster
+
+__all__ = ["connect", "load_cluster_config", "ManagedClient", "SCHEDULER_ENV"]
+
+#: environment variable read when no address or config is given
+SCHEDULER_ENV = "LSD_DASK_SCHEDULER"
+
+
+class ManagedClient(Client):
+    """A Client that also closes the cluster it was started with."""
+
+    _owned_cluster: Any = None
+
+    def close(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().close(*args, **kwargs)
+        cluster, self._owned_cluster = self._owned_cluster, None
+        if cluster is not None:
+            cluster.close()
+        return out
+
+
+def load_cluster_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check a cluster config YAML."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"cluster config {p} does not exist.")
+    cfg = yaml.safe_load(p.read_text()) or {}
+    kind = cfg.get("type")
+    if kind not in ("local", "remote", "slurm", "pbs"):
+        raise ValueError(f"{p}: 'type' must be local, remote, slurm or pbs; got {kind!r}.")
+    if not isinstance(cfg.get(kind, {}), dict):
+        raise ValueError(f"{p}: section {kind!r} must be a mapping.")
+    return cfg
+
+
+def connect(
+    config_or_address: str | os.PathLike[str] | dict[str, Any] | None = None,
+    *,
+    timeout: float = 10.0,
+    log: Callable[[str], None] | None = print,
+) -> Client:
+    """Return a Client for a scheduler address, a cluster config, or a new LocalCluster.
+
+    Parameters
+    ----------
+    config_or_address : str, path, dict or None
+        ``"tcp://host:port"`` (or ``host:port``): an existing scheduler. A path to a YAML
+        file or an already-loaded dict: a cluster config. None: the address in
+        ``$LSD_DASK_SCHEDULER`` if set, else a LocalCluster.
+    timeout : float
+        Seconds to wait for a remote scheduler before raising ``ConnectionError``.
+    log : callable or None
+        Receives the dashboard line.
+    """
+    target: Any = config_or_address
+    if target is None:
+        target = os.environ.get(SCHEDULER_ENV) or {"type": "local", "local": {}}
+    if isinstance(target, str | os.PathLike) and str(target).endswith((".yaml", ".yml")):
+        target = load_cluster_config(target)
+    if isinstance(target, dict):
+        client = _from_config(target, timeout)
+    else:
+        client = _remote(str(target), timeout, security=None)
+    if log is not None:
+        log(f"Dask dashboard: {client.dashboard_link}")
+    return client
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
+    kind = cfg.get("type", "local")
+    section = dict(cfg.get(kind) or {})
+    if kind == "remote":
+        address = section.get("address") or os.environ.get(SCHEDULER_ENV)
+        if not address:
+            raise ValueError(f"remote config needs an 'address' (or ${SCHEDULER_ENV}).")
+        return _remote(address, float(section.get("timeout", timeout)), section.get("security"))
+    if kind == "local":
+        cluster = LocalCluster(**_underscored(section))
+    elif kind in ("slurm", "pbs"):
+        try:
+            import dask_jobqueue
+        except ImportError as err:  # pragma: no cover - dask-jobqueue is a dependency
+            raise ImportError("HPC configs need dask-jobqueue: pip install dask-jobqueue") from err
+        n_workers = int(section.pop("n_workers", section.pop("n-workers", 1)))
+        cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
+        cluster = cls(**_underscored(section))
+        cluster.scale(jobs=n_workers)
+    else:
+        raise ValueError(f"unknown cluster type {kind!r}.")
+    client = ManagedClient(cluster)
+    client._owned_cluster = cluster
+    return client
+
+
+def _remote(address: str, timeout: float, security: dict[str, Any] | None) -> Client:
+    if "://" not in address:
+        address = f"tcp://{address}"
+    sec = None
+    if security:
+        from distributed.security import Security
+
+        sec = Security(**_underscored(security))
+        if address.startswith("tcp://"):
+            address = "tls://" + address[len("tcp://") :]
+    try:
+        return Client(address, timeout=timeout, security=sec)
+    except (OSError, TimeoutError) as err:
+        raise ConnectionError(
+            f"could not reach a Dask scheduler at {address} within {timeout:g} s ({err}); "
+            "check the address and that the scheduler is running."
+        ) from err
+
+
+def _underscored(d: dict[str, Any]) -> dict[str, Any]:
+    return {k.replace("-", "_"): v for k, v in d.items() if v is not None}

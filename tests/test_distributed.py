@@ -1,0 +1,195 @@
+"""The distributed paths against a real scheduler and workers: separate processes on
+127.0.0.1, started with the `dask scheduler` and `dask worker` command lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from lsd_dask.cluster import DirectionalClustering, HierarchicalLSD, SphericalKMeans
+from lsd_dask.distributed import connect, load_cluster_config
+from lsd_dask.testing import brain_grid
+
+DASK = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
+WORKER = [sys.executable, "-m", "distributed.cli.dask_worker"]
+
+
+class ProcessCluster:
+    """A scheduler and n workers as OS processes."""
+
+    def __init__(self, tmp: Path, n_workers: int = 2) -> None:
+        sched_file = tmp / "scheduler.json"
+        self.procs: list[subprocess.Popen] = []
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    *DASK,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(sched_file),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        deadline = time.time() + 60
+        while not sched_file.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.2)
+        self.address = json.loads(sched_file.read_text())["address"]
+        self.workers = [self.add_worker() for _ in range(n_workers)]
+
+    def add_worker(self) -> subprocess.Popen:
+        p = subprocess.Popen(
+            [
+                *WORKER,
+                self.address,
+                "--nthreads",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--no-dashboard",
+                "--memory-limit",
+                "2GB",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.procs.append(p)
+        return p
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture(scope="module")
+def proc_cluster(tmp_path_factory):
+    c = ProcessCluster(tmp_path_factory.mktemp("dask"))
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def grid():
+    X, lab, _ = brain_grid(snr_db=-3, n_features=40, n_regions=12, shape=(48, 48), random_state=0)
+    return X, lab
+
+
+def test_connect_to_process_scheduler(proc_cluster, capsys):
+    with connect(proc_cluster.address) as client:
+        client.wait_for_workers(2, timeout=60)
+        info = client.scheduler_info()
+        assert len(info["workers"]) == 2
+        pids = set(client.run(os.getpid).values())
+        assert os.getpid() not in pids and len(pids) == 2  # really separate processes
+    assert "dashboard" in capsys.readouterr().out.lower()
+
+
+@pytest.mark.parametrize("cls", [DirectionalClustering, SphericalKMeans])
+def test_iterative_clusterers_match_local(proc_cluster, grid, cls):
+    X, _ = grid
+    local = cls(12, random_state=1).fit(X).labels_
+    with connect(proc_cluster.address, log=None) as client:
+        client.wait_for_workers(2, timeout=60)
+        Xd = da.from_array(X, chunks=(576, 40))
+        remote = cls(12, random_state=1).fit(Xd).labels_.compute()
+    np.testing.assert_array_equal(local, remote)
+
+
+def test_hierarchical_splits_as_futures_on_workers(proc_cluster, grid):
+    X, _ = grid
+    local = HierarchicalLSD(10).fit(X)
+    with connect(proc_cluster.address, log=None) as client:
+        client.wait_for_workers(2, timeout=60)
+        before = sum(
+            len(v) for v in client.run(lambda dask_worker: list(dask_worker.state.log)).values()
+        )
+        remote = HierarchicalLSD(10).fit(X)
+        # the splits ran as tasks on the workers
+        logs = client.run(lambda dask_worker: [str(e[0]) for e in dask_worker.state.log])
+        ran = [name for entries in logs.values() for name in entries if "_split_leaf" in name]
+        assert ran, "no leaf split ran on a worker"
+        assert before >= 0
+    np.testing.assert_array_equal(local.labels_, remote.labels_)
+    assert local.tree_ == remote.tree_
+
+
+def test_worker_killed_mid_fit(tmp_path, grid):
+    X, _ = grid
+    X = np.tile(X, (4, 1)) + 0.01 * np.random.default_rng(0).standard_normal((4 * X.shape[0], 40))
+    kw = dict(update="gradient", max_iter=40, tol=0.0, random_state=2)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = DirectionalClustering(12, **kw).fit(X).labels_
+    cluster = ProcessCluster(tmp_path, n_workers=2)
+    try:
+        with connect(cluster.address, log=None) as client:
+            client.wait_for_workers(2, timeout=60)
+            victim = cluster.workers[0]
+            killer = threading.Timer(2.0, lambda: os.kill(victim.pid, signal.SIGKILL))
+            killer.start()
+            t0 = time.time()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                est = DirectionalClustering(12, **kw).fit(da.from_array(X, chunks=(2304, 40)))
+            labels = est.labels_.compute()
+            killer.join()
+            assert victim.poll() is not None, "the worker was not killed during the fit"
+            assert time.time() - t0 > 2.0, "the fit ended before the worker was killed"
+        np.testing.assert_array_equal(labels, expected)
+    finally:
+        cluster.close()
+
+
+def test_unreachable_scheduler_clear_error():
+    t0 = time.time()
+    with pytest.raises(ConnectionError, match="could not reach a Dask scheduler"):
+        connect("tcp://127.0.0.1:9", timeout=2, log=None)
+    assert time.time() - t0 < 15
+
+
+def test_cluster_configs_parse():
+    root = Path(__file__).resolve().parents[1] / "cluster_configs"
+    for name, kind in [
+        ("local", "local"),
+        ("remote", "remote"),
+        ("slurm", "slurm"),
+        ("pbs", "pbs"),
+    ]:
+        cfg = load_cluster_config(root / f"{name}.yaml")
+        assert cfg["type"] == kind
+    with pytest.raises(FileNotFoundError):
+        load_cluster_config(root / "nope.yaml")
+
+
+def test_local_config_starts_and_closes_cluster():
+    root = Path(__file__).resolve().parents[1] / "cluster_configs"
+    cfg = load_cluster_config(root / "local.yaml")
+    cfg["local"]["dashboard_address"] = None
+    with connect(cfg, log=None) as client:
+        assert len(client.scheduler_info()["workers"]) == 2
+        cluster = client._owned_cluster
+    assert cluster.status.name in ("closed", "closing")

@@ -1,0 +1,58 @@
+"""Directional clustering on Dask workers submitted as SLURM jobs with dask-jobqueue.
+
+Needs the single-node SLURM that `.ci/slurm.sh start` sets up (CI does). Outside CI the test
+skips when no slurmctld answers; in CI a missing SLURM is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from lsd_dask.cluster import DirectionalClustering
+from lsd_dask.distributed import connect, load_cluster_config
+from lsd_dask.testing import brain_grid
+
+CONFIG = Path(__file__).resolve().parents[1] / "cluster_configs" / "slurm.yaml"
+
+
+def _slurm_up() -> bool:
+    if shutil.which("scontrol") is None:
+        return False
+    out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
+    return "UP" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if not _slurm_up():
+        if os.environ.get("CI"):
+            pytest.fail("CI must run SLURM (.ci/slurm.sh start) but scontrol ping fails.")
+        pytest.skip("no SLURM controller answers `scontrol ping`; run `.ci/slurm.sh start`.")
+
+
+def test_directional_on_slurm_workers(slurm, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # job scripts' output files land here
+    X, lab = brain_grid(snr_db=-3, n_features=30, n_regions=10, shape=(40, 40), random_state=0)[:2]
+    local = DirectionalClustering(10, random_state=0).fit(X).labels_
+    cfg = load_cluster_config(CONFIG)
+    with connect(cfg, log=None) as client:
+        cluster = client._owned_cluster
+        script = cluster.job_script()
+        assert "#SBATCH" in script and "--host 127.0.0.1" in script
+        client.wait_for_workers(2, timeout=120)
+        jobs = subprocess.run(
+            ["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True
+        ).stdout
+        assert jobs.count("RUNNING") >= 2, jobs
+        remote = DirectionalClustering(10, random_state=0).fit(da.from_array(X, chunks=(400, 30)))
+        labels = remote.labels_.compute()
+        hosts = {w["host"] for w in client.scheduler_info()["workers"].values()}
+        assert hosts == {"127.0.0.1"}
+    np.testing.assert_array_equal(labels, local)
