@@ -1,6 +1,11 @@
-"""The ``lsd-dask`` command line: a thin layer over the library."""
+"""The ``lsd-dask`` command line: a thin layer over the library.
+
+Settings precedence: defaults < the pipeline YAML < these flags.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -14,16 +19,122 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--parcels", default=30, help="Planted parcels in the synthetic study.")
+@click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "--k", "ks", multiple=True, type=int, default=(10, 30), help="Cluster counts (repeat)."
+    "--cluster",
+    "cluster_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A cluster_configs/*.yaml to run on (overrides the pipeline's).",
 )
-@click.option("--seed", default=0, help="random_state for data and clustering.")
-def demo(parcels: int, ks: tuple[int, ...], seed: int) -> None:
-    """Cluster a built-in synthetic two-split study and print split-half scores."""
-    from .pipeline.demo import run_demo
+@click.option("--scheduler", default=None, help="Address of a running Dask scheduler.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output folder (overrides the pipeline's `output`).",
+)
+@click.option("--k", "ks", multiple=True, type=int, help="Cluster counts (repeat; overrides `ks`).")
+@click.option(
+    "--method",
+    "methods",
+    multiple=True,
+    help="Methods (repeat; overrides `methods`): directional, lsd, hierarchical_lsd, "
+    "spherical_kmeans, kmeans, spectral.",
+)
+@click.option("--rank", type=int, default=None, help="SVD rank (overrides `svd.rank`).")
+@click.option(
+    "--svd-method",
+    type=click.Choice(["randomized", "streaming"]),
+    default=None,
+    help="Group SVD algorithm (overrides `svd.method`).",
+)
+def run(
+    pipeline: Path,
+    cluster_file: Path | None,
+    scheduler: str | None,
+    out: Path | None,
+    ks: tuple[int, ...],
+    methods: tuple[str, ...],
+    rank: int | None,
+    svd_method: str | None,
+) -> None:
+    """Run the split-half parcellation pipeline described by PIPELINE (YAML)."""
+    import yaml
 
-    run_demo(n_parcels=parcels, ks=tuple(ks), random_state=seed, log=click.echo)
+    from .distributed import connect
+    from .pipeline import load_config, run_pipeline
+
+    svd = None
+    if rank is not None or svd_method is not None:
+        raw = yaml.safe_load(Path(pipeline).read_text()) if Path(pipeline).exists() else {}
+        svd = dict((raw or {}).get("svd") or {})
+        if rank is not None:
+            svd["rank"] = rank
+        if svd_method is not None:
+            svd["method"] = svd_method
+    cfg = load_config(
+        pipeline,
+        output=str(out.resolve()) if out else None,
+        ks=list(ks) or None,
+        methods=list(methods) or None,
+        svd=svd,
+    )
+    target = scheduler or (str(cluster_file) if cluster_file else None) or cfg.cluster
+    with connect(target, log=click.echo):
+        run_pipeline(cfg, log=click.echo)
+
+
+@main.command()
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("lsd_dask_demo"),
+    help="Folder for the synthetic input and results.",
+)
+def demo(out: Path) -> None:
+    """Run the whole pipeline on a built-in synthetic two-split study (no download)."""
+    from .pipeline import run_demo
+
+    run_demo(out, log=click.echo)
+
+
+@main.command()
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["gifti", "cifti"]),
+    default="gifti",
+    help="File format of the time series.",
+)
+@click.option(
+    "--frequency",
+    default=57,
+    help="Icosphere frequency per hemisphere: 57 gives 2 x 32,492 vertices (32k_fs_LR).",
+)
+@click.option("--parcels", default=200, help="Planted parcels.")
+@click.option("--subjects", default=33, help="Subjects per split.")
+@click.option("--timepoints", default=1000, help="Time points per subject.")
+@click.option("--seed", default=0, help="random_state.")
+def synth(
+    folder: Path, fmt: str, frequency: int, parcels: int, subjects: int, timepoints: int, seed: int
+) -> None:
+    """Write a synthetic study (files, meshes, pipeline.yaml) to FOLDER."""
+    from .pipeline import synthesize
+
+    path = synthesize(
+        folder,
+        frequency=frequency,
+        n_parcels=parcels,
+        n_subjects=(subjects, subjects),
+        n_timepoints=timepoints,
+        fmt=fmt,
+        random_state=seed,
+        medial_wall_fraction=0.08,
+        log=click.echo,
+    )
+    click.echo(f"pipeline file: {path}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -91,42 +91,53 @@ def write_split(
     final = Path(path)
     if final.exists() and not overwrite:
         raise FileExistsError(f"{final} exists; pass overwrite=True to replace it.")
-    items = list(subjects) if not isinstance(subjects, list) else subjects
-    tps = (
-        [int(timepoints)] * len(items)
-        if isinstance(timepoints, int)
-        else [int(t) for t in timepoints]
-    )
-    if len(tps) != len(items):
-        raise ValueError(f"{len(tps)} timepoint counts for {len(items)} subjects.")
-    if vertex_mask is not None and np.asarray(vertex_mask).shape != (n_vertices,):
-        raise ValueError("vertex_mask must have one entry per vertex.")
-    rows = vertex_chunk or vertex_chunk_for(n_vertices, max(tps))
+    if isinstance(timepoints, int):
+        raise_count = False
+        tps: list[int] | None = None
+        t_max = int(timepoints)
+    else:
+        tps = [int(t) for t in timepoints]
+        raise_count = True
+        t_max = max(tps)
+    if vertex_mask is not None and int(np.count_nonzero(vertex_mask)) != n_vertices:
+        raise ValueError(
+            "vertex_mask marks the stored vertices of the full surface: its True count "
+            f"({int(np.count_nonzero(vertex_mask))}) must equal n_vertices ({n_vertices})."
+        )
+    rows = vertex_chunk or vertex_chunk_for(n_vertices, t_max)
     tmp = final.parent / f"{final.name}.partial-{uuid.uuid4().hex[:8]}"
     final.parent.mkdir(parents=True, exist_ok=True)
     try:
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
-        total = int(sum(tps))
-        # regular chunks need equal T; unequal T uses the largest as the column chunk
+        # the column count grows subject by subject: subjects are consumed lazily, one in
+        # memory at a time; chunks hold one subject (the longest T when lengths differ)
         arr = group.create_array(
             _ARRAY,
-            shape=(n_vertices, total),
-            chunks=(rows, max(tps)),
+            shape=(n_vertices, 0),
+            chunks=(rows, t_max),
             dtype="float32",
             compressors=_compressors(compressor),
             fill_value=0.0,
         )
         col = 0
-        ids = []
-        for (sid, x), t in zip(items, tps, strict=True):
+        ids: list[str] = []
+        written: list[int] = []
+        for j, (sid, x) in enumerate(subjects):
+            t = tps[j] if tps is not None and j < len(tps) else None
             x = x.compute() if isinstance(x, da.Array) else np.asarray(x)
-            if x.shape != (n_vertices, t):
+            expected_t = t if t is not None else t_max
+            if x.shape != (n_vertices, expected_t):
                 raise ValueError(
-                    f"subject {sid!r} has shape {x.shape}; expected ({n_vertices}, {t})."
+                    f"subject {sid!r} has shape {x.shape}; expected ({n_vertices}, {expected_t})."
                 )
-            arr[:, col : col + t] = x.astype(np.float32, copy=False)
-            col += t
+            arr.resize((n_vertices, col + expected_t))
+            arr[:, col : col + expected_t] = x.astype(np.float32, copy=False)
+            col += expected_t
             ids.append(str(sid))
+            written.append(expected_t)
+        if raise_count and tps is not None and len(written) != len(tps):
+            raise ValueError(f"{len(tps)} timepoint counts for {len(written)} subjects.")
+        tps = written
         group.attrs.update(
             {
                 "subjects": ids,

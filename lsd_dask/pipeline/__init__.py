@@ -1,5 +1,16 @@
-"""Pipeline orchestration: the split-half parcellation and the demo."""
+"""Pipeline orchestration: configuration, the split-half stages, synthetic studies, the demo."""
 
-from .demo import DemoResult, run_demo
+from .config import PipelineConfig, load_config
+from .demo import run_demo
+from .run import preflight, run_pipeline
+from .synth import synthesize, write_study
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = [
+    "PipelineConfig",
+    "load_config",
+    "run_pipeline",
+    "preflight",
+    "run_demo",
+    "synthesize",
+    "write_study",
+]

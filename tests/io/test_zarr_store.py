@@ -10,21 +10,21 @@ def _subjects(n=50, t=8, s=3, seed=0):
 
 
 def test_roundtrip_layout_and_attrs(tmp_path):
-    subs = _subjects()
-    mask = np.ones(50, bool)
+    subs = _subjects(n=45)
+    mask = np.ones(50, bool)  # the surface has 50 vertices; the store holds the 45 kept
     mask[:5] = False
     p = write_split(
         tmp_path / "split1.zarr",
-        subs,
-        n_vertices=50,
+        iter(subs),
+        n_vertices=45,
         timepoints=8,
         vertex_mask=mask,
         mesh="ico3",
         vertex_chunk=16,
     )
     st = open_split(p)
-    assert st.data.dtype == np.float32 and st.data.shape == (50, 24)
-    assert st.data.chunks == ((16, 16, 16, 2), (8, 8, 8))  # one subject per column chunk
+    assert st.data.dtype == np.float32 and st.data.shape == (45, 24)
+    assert st.data.chunks == ((16, 16, 13), (8, 8, 8))  # one subject per column chunk
     np.testing.assert_array_equal(st.data.compute(), np.concatenate([x for _, x in subs], 1))
     assert st.subjects == ["sub-0", "sub-1", "sub-2"] and st.timepoints == [8, 8, 8]
     np.testing.assert_array_equal(st.vertex_mask, mask)
@@ -57,6 +57,31 @@ def test_incomplete_store_refused(tmp_path):
     g.create_array("data", shape=(2, 2), dtype="float32")
     with pytest.raises(ValueError, match="not a complete split store"):
         open_split(tmp_path / "x.zarr")
+
+
+def test_mask_must_match_rows(tmp_path):
+    with pytest.raises(ValueError, match="True count"):
+        write_split(
+            tmp_path / "s.zarr",
+            _subjects(),
+            n_vertices=50,
+            timepoints=8,
+            vertex_mask=np.ones(60, bool),
+        )
+
+
+def test_subjects_consumed_one_at_a_time(tmp_path):
+    seen = []
+
+    def gen():
+        for sid, x in _subjects():
+            seen.append(sid)
+            # the store already holds every earlier subject when the next one is produced
+            yield sid, x
+
+    p = write_split(tmp_path / "g.zarr", gen(), n_vertices=50, timepoints=[8, 8, 8])
+    assert seen == ["sub-0", "sub-1", "sub-2"]
+    assert open_split(p).data.shape == (50, 24)
 
 
 def test_no_silent_overwrite(tmp_path):

@@ -1,0 +1,232 @@
+"""Surface fMRI and parcellation files through nibabel: CIFTI-2, GIFTI, FreeSurfer MGH.
+
+Readers return one subject as ``(n_vertices, n_timepoints)`` float32 with the left
+hemisphere first, plus the per-hemisphere vertex counts. Writers produce files that
+Connectome Workbench and nilearn open: ``.label.gii`` per hemisphere and ``.dlabel.nii``
+(CIFTI-2 dense label) for CIFTI inputs. Label 0 is background (``???``), parcels from 1.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+from nibabel import cifti2
+
+from ..surface import Mesh
+
+__all__ = [
+    "HEMISPHERES",
+    "SubjectFiles",
+    "load_subject",
+    "load_mesh",
+    "read_hemisphere",
+    "label_table",
+    "write_label_gifti",
+    "write_dlabel",
+    "write_func_gifti",
+    "write_surface_gifti",
+    "write_dtseries",
+]
+
+HEMISPHERES = ("left", "right")
+_CIFTI_NAMES = {"left": "CIFTI_STRUCTURE_CORTEX_LEFT", "right": "CIFTI_STRUCTURE_CORTEX_RIGHT"}
+
+
+@dataclass(frozen=True)
+class SubjectFiles:
+    """Where one subject's data live: one CIFTI file, or one file per hemisphere."""
+
+    subject: str
+    cifti: Path | None = None
+    left: Path | None = None
+    right: Path | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.cifti is not None:
+            return "cifti"
+        suffix = "".join(Path(self.left or "").suffixes[-2:]).lower()
+        return "gifti" if suffix.endswith(".gii") else "mgh"
+
+    def paths(self) -> list[Path]:
+        return [p for p in (self.cifti, self.left, self.right) if p is not None]
+
+
+def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
+    """Read one subject: (n_vertices, T) float32, left then right, and hemisphere sizes."""
+    for p in files.paths():
+        if not Path(p).exists():
+            raise FileNotFoundError(f"subject {files.subject}: {p} does not exist.")
+    if files.cifti is not None:
+        return _load_cifti(Path(files.cifti))
+    parts = [read_hemisphere(Path(getattr(files, h))) for h in HEMISPHERES if getattr(files, h)]
+    ts = {p.shape[1] for p in parts}
+    if len(ts) != 1:
+        raise ValueError(f"subject {files.subject}: hemispheres have different lengths {ts}.")
+    return np.concatenate(parts, axis=0), [p.shape[0] for p in parts]
+
+
+def read_hemisphere(path: Path) -> np.ndarray:
+    """One hemisphere's time series from ``.func.gii`` or ``.mgh``/``.mgz``: (n, T) float32."""
+    name = path.name.lower()
+    img = nib.load(str(path))
+    if name.endswith(".gii"):
+        arrays = [np.asarray(d.data) for d in img.darrays]
+        if len(arrays) == 1 and arrays[0].ndim == 2:
+            return arrays[0].astype(np.float32)
+        return np.stack(arrays, axis=1).astype(np.float32)
+    data = np.asarray(img.dataobj, dtype=np.float32)
+    return data.reshape(data.shape[0], -1)
+
+
+def load_mesh(path: str | os.PathLike[str]) -> Mesh:
+    """A GIFTI surface (``.surf.gii``): vertices and triangles."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"surface {p} does not exist.")
+    img = nib.load(str(p))
+    pts = img.get_arrays_from_intent("NIFTI_INTENT_POINTSET")
+    tri = img.get_arrays_from_intent("NIFTI_INTENT_TRIANGLE")
+    if not pts or not tri:
+        raise ValueError(f"{p} is not a GIFTI surface (no pointset and triangle arrays).")
+    return Mesh(np.asarray(pts[0].data, np.float64), np.asarray(tri[0].data, np.int64))
+
+
+def label_table(n_labels: int, *, seed: int = 0) -> dict[int, tuple[str, tuple[float, ...]]]:
+    """Names and RGBA colours for labels 0..n_labels (0 = background '???')."""
+    rng = np.random.default_rng(seed)
+    table = {0: ("???", (0.0, 0.0, 0.0, 0.0))}
+    for i in range(1, n_labels + 1):
+        r, g, b = rng.uniform(0.15, 0.95, 3)
+        table[i] = (f"parcel_{i:04d}", (float(r), float(g), float(b), 1.0))
+    return table
+
+
+def write_label_gifti(path: str | os.PathLike[str], labels: np.ndarray, *, hemisphere: str) -> Path:
+    """A ``.label.gii`` for one hemisphere (int32 labels, 0 = background)."""
+    lab = np.asarray(labels, np.int32)
+    table = nib.gifti.GiftiLabelTable()
+    for key, (name, rgba) in label_table(int(lab.max(initial=0))).items():
+        lbl = nib.gifti.GiftiLabel(key=key, red=rgba[0], green=rgba[1], blue=rgba[2], alpha=rgba[3])
+        lbl.label = name
+        table.labels.append(lbl)
+    structure = "CortexLeft" if hemisphere == "left" else "CortexRight"
+    meta = nib.gifti.GiftiMetaData({"AnatomicalStructurePrimary": structure})
+    darray = nib.gifti.GiftiDataArray(lab, intent="NIFTI_INTENT_LABEL", datatype="NIFTI_TYPE_INT32")
+    img = nib.gifti.GiftiImage(labeltable=table, darrays=[darray], meta=meta)
+    return _atomic_save(img, Path(path))
+
+
+def write_dlabel(
+    path: str | os.PathLike[str],
+    labels: np.ndarray,
+    hemi_sizes: list[int],
+    *,
+    name: str = "parcellation",
+) -> Path:
+    """A CIFTI-2 dense label file over both cortical surfaces (every vertex a grayordinate)."""
+    lab = np.asarray(labels, np.int32)
+    bm = None
+    start = 0
+    for hemi, n in zip(HEMISPHERES, hemi_sizes, strict=False):
+        part = cifti2.BrainModelAxis.from_surface(np.arange(n), n, name=_CIFTI_NAMES[hemi])
+        bm = part if bm is None else bm + part
+        start += n
+    table = label_table(int(lab.max(initial=0)))
+    lax = cifti2.LabelAxis([name], [table])
+    img = cifti2.Cifti2Image(lab[None, :], header=(lax, bm))
+    return _atomic_save(img, Path(path))
+
+
+def write_func_gifti(path: str | os.PathLike[str], data: np.ndarray, *, hemisphere: str) -> Path:
+    """A ``.func.gii`` time series (one data array per time point)."""
+    structure = "CortexLeft" if hemisphere == "left" else "CortexRight"
+    darrays = [
+        nib.gifti.GiftiDataArray(
+            np.ascontiguousarray(data[:, t], np.float32),
+            intent="NIFTI_INTENT_TIME_SERIES",
+            datatype="NIFTI_TYPE_FLOAT32",
+        )
+        for t in range(data.shape[1])
+    ]
+    img = nib.gifti.GiftiImage(
+        darrays=darrays, meta=nib.gifti.GiftiMetaData({"AnatomicalStructurePrimary": structure})
+    )
+    return _atomic_save(img, Path(path))
+
+
+def write_surface_gifti(path: str | os.PathLike[str], mesh: Mesh, *, hemisphere: str) -> Path:
+    """A ``.surf.gii`` mesh."""
+    structure = "CortexLeft" if hemisphere == "left" else "CortexRight"
+    pts = nib.gifti.GiftiDataArray(
+        mesh.vertices.astype(np.float32),
+        intent="NIFTI_INTENT_POINTSET",
+        datatype="NIFTI_TYPE_FLOAT32",
+    )
+    tri = nib.gifti.GiftiDataArray(
+        mesh.faces.astype(np.int32), intent="NIFTI_INTENT_TRIANGLE", datatype="NIFTI_TYPE_INT32"
+    )
+    img = nib.gifti.GiftiImage(
+        darrays=[pts, tri], meta=nib.gifti.GiftiMetaData({"AnatomicalStructurePrimary": structure})
+    )
+    return _atomic_save(img, Path(path))
+
+
+def write_dtseries(
+    path: str | os.PathLike[str], data: np.ndarray, hemi_sizes: list[int], *, tr: float = 1.0
+) -> Path:
+    """A CIFTI-2 dense time series over both cortical surfaces (every vertex included)."""
+    bm = None
+    for hemi, n in zip(HEMISPHERES, hemi_sizes, strict=False):
+        part = cifti2.BrainModelAxis.from_surface(np.arange(n), n, name=_CIFTI_NAMES[hemi])
+        bm = part if bm is None else bm + part
+    series = cifti2.SeriesAxis(start=0.0, step=tr, size=data.shape[1])
+    img = cifti2.Cifti2Image(np.ascontiguousarray(data.T, np.float32), header=(series, bm))
+    return _atomic_save(img, Path(path))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _load_cifti(path: Path) -> tuple[np.ndarray, list[int]]:
+    img = nib.load(str(path))
+    if not isinstance(img, cifti2.Cifti2Image):
+        raise ValueError(f"{path} is not a CIFTI-2 file.")
+    series, bm = img.header.get_axis(0), img.header.get_axis(1)
+    if not isinstance(bm, cifti2.BrainModelAxis):
+        raise ValueError(f"{path}: the second axis is not a brain-model axis (not a dtseries?).")
+    data = np.asarray(img.get_fdata(dtype=np.float32))  # (T, grayordinates)
+    parts, sizes = [], []
+    found: Mapping[str, Any] = {name: (slc, model) for name, slc, model in bm.iter_structures()}
+    for hemi in HEMISPHERES:
+        key = _CIFTI_NAMES[hemi]
+        if key not in found:
+            raise ValueError(f"{path} has no {key} surface model.")
+        slc, model = found[key]
+        n = int(model.nvertices[key])
+        full = np.zeros((n, data.shape[0]), np.float32)  # vertices absent from the file stay 0
+        full[model.vertex] = data[:, slc].T
+        parts.append(full)
+        sizes.append(n)
+    del series
+    return np.concatenate(parts, axis=0), sizes
+
+
+def _atomic_save(img: Any, path: Path) -> Path:
+    """Save under a temporary name in the same folder, then rename into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = "".join(s for s in path.suffixes)
+    tmp = path.with_name(f".{path.name.removesuffix(suffix)}.tmp-{os.getpid()}{suffix}")
+    try:
+        nib.save(img, str(tmp))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path

@@ -1,0 +1,465 @@
+"""The split-half parcellation pipeline, stage by stage, with resume.
+
+Stages (each writes under ``<output>/work`` with an atomic rename, and is skipped on a
+re-run when its output exists):
+
+1. ``mask``: read every subject once; check vertex counts against the meshes; mark vertices
+   constant (the medial wall) or non-finite in any subject.
+2. ``ingest``: per split, demean and variance-normalise every kept vertex of every subject
+   and write the split's Zarr store (vertices × subjects·time, one subject per chunk).
+3. ``svd``: per split, the leading left singular vectors (randomized or streaming SVD).
+4. ``cluster``: rows of U, unit-normalised, clustered for every method and K.
+5. ``scores``: clusters split into connected regions, regions under ``min_region_size``
+   dropped, then Dice (greedy matching), NMI and ARI between the splits, beside a null of
+   random parcellations with the same K grown on the same mesh.
+
+Then the outputs: label files per split, method and K; ``report.json``; ``dice_vs_k.png``;
+surface pictures of one parcellation per split.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from .. import metrics
+from ..io.surface_files import (
+    HEMISPHERES,
+    load_mesh,
+    load_subject,
+    write_dlabel,
+    write_label_gifti,
+)
+from ..io.zarr_store import open_split, write_split
+from ..linalg import randomized_svd, streaming_svd
+from ..similarity import unit_rows
+from ..surface import Mesh, grow_regions, mesh_adjacency, split_connected
+from .config import PipelineConfig
+
+__all__ = ["run_pipeline", "preflight"]
+
+Log = Callable[[str], None]
+
+
+def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
+    """Run every stage (skipping completed ones) and write the outputs; return the report.
+
+    The Dask scheduler is whatever is active: call inside ``with connect(...)`` to use a
+    cluster (the CLI does).
+    """
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    meshes, sizes = preflight(cfg)
+    out = cfg.output
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    splits = cfg.resolved_splits()
+    by_id = {s.subject: s for s in cfg.subjects}
+
+    t0 = time.perf_counter()
+    mask_info = _stage_mask(cfg, work, sizes, log)
+    kept = np.load(work / "mask.npy")
+    timings["mask"] = time.perf_counter() - t0
+    log(
+        f"[mask] {int((~kept).sum())} of {kept.size} vertices masked "
+        f"(constant or non-finite in some subject)"
+    )
+
+    t0 = time.perf_counter()
+    for split, ids in splits.items():
+        _stage_ingest(split, [by_id[i] for i in ids], kept, work, log)
+    timings["ingest"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    svd_info = {split: _stage_svd(cfg, split, work, log) for split in splits}
+    timings["svd"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    n_kept = int(kept.sum())
+    for k in cfg.ks:
+        if k > n_kept:
+            raise ValueError(f"K={k} is larger than the {n_kept} unmasked vertices.")
+    for split in splits:
+        F = _features(work, split)
+        for method in cfg.methods:
+            for k in cfg.ks:
+                _stage_cluster(cfg, split, method, k, F, kept, work, log)
+    timings["cluster"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    A = mesh_adjacency([m.faces for m in meshes.values()], sizes)
+    scores = _stage_scores(cfg, list(splits), kept, A, work, log)
+    timings["scores"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    files = _write_outputs(cfg, list(splits), meshes, sizes, scores, work, out)
+    timings["outputs"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_start
+    report = {
+        "run_id": f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
+        "config": cfg.to_dict(),
+        "versions": _versions(),
+        "mask": mask_info,
+        "svd": svd_info,
+        "scores": scores,
+        "timings_s": timings,
+        "outputs": [str(p.relative_to(out)) for p in files],
+    }
+    _atomic_write_text(out / "report.json", json.dumps(report, indent=2))
+    log(f"[done] outputs in {out} ({timings['total']:.1f} s); report: {out / 'report.json'}")
+    return report
+
+
+def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
+    """Checks before any heavy work: output writable, files present, meshes match the data."""
+    out = cfg.output
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise PermissionError(f"output folder {out} is not writable: {err}") from err
+    missing = [str(p) for s in cfg.subjects for p in s.paths() if not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} input file(s) missing, first: {missing[0]}")
+    if set(cfg.mesh) != set(HEMISPHERES):
+        raise ValueError("mesh needs a 'left' and a 'right' GIFTI surface.")
+    meshes = {h: load_mesh(cfg.mesh[h]) for h in HEMISPHERES}
+    sizes = [meshes[h].n_vertices for h in HEMISPHERES]
+    # headers only: vertex counts of every subject against the meshes
+    for s in cfg.subjects:
+        counts = _vertex_counts(s)
+        if counts != sizes:
+            raise ValueError(
+                f"subject {s.subject} has {counts} vertices per hemisphere but the meshes have "
+                f"{sizes}; all files must be on the same surface."
+            )
+    n = sum(sizes)
+    too_big = [k for k in cfg.ks if k > n]
+    if too_big:
+        raise ValueError(f"K={too_big[0]} is larger than the number of vertices ({n}).")
+    return meshes, sizes
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def _stage_mask(cfg: PipelineConfig, work: Path, sizes: list[int], log: Log) -> dict[str, Any]:
+    info_path = work / "mask.json"
+    if (work / "mask.npy").exists() and info_path.exists():
+        log("[mask] done earlier, skipped")
+        return json.loads(info_path.read_text())
+    n = sum(sizes)
+    bad = np.zeros(n, bool)
+    per_subject = {}
+    for i, s in enumerate(cfg.subjects, 1):
+        x, hs = load_subject(s)
+        if hs != sizes:
+            raise ValueError(f"subject {s.subject}: {hs} vertices per hemisphere, meshes {sizes}.")
+        finite = np.isfinite(x)
+        nonfinite = ~finite.all(axis=1)
+        if nonfinite.any() and cfg.nonfinite == "error":
+            raise ValueError(
+                f"subject {s.subject}: {int(nonfinite.sum())} vertices hold NaN or inf values; "
+                "fix the data, or set `nonfinite: mask` to drop those vertices."
+            )
+        xs = np.where(finite, x, 0.0)
+        constant = xs.std(axis=1) == 0
+        per_subject[s.subject] = {
+            "constant": int(constant.sum()),
+            "nonfinite": int(nonfinite.sum()),
+            "timepoints": int(x.shape[1]),
+        }
+        bad |= constant | nonfinite
+        log(f"[mask] read {i}/{len(cfg.subjects)}: {s.subject}")
+    if bad.all():
+        raise ValueError("every vertex is constant or non-finite in some subject.")
+    _atomic_save_npy(work / "mask.npy", ~bad)
+    info = {
+        "n_vertices": n,
+        "n_masked": int(bad.sum()),
+        "hemisphere_sizes": sizes,
+        "per_subject": per_subject,
+    }
+    _atomic_write_text(info_path, json.dumps(info))
+    return info
+
+
+def _stage_ingest(split: str, subjects: list[Any], kept: np.ndarray, work: Path, log: Log) -> None:
+    path = work / f"{split}.zarr"
+    try:
+        open_split(path)
+        log(f"[ingest] {split} done earlier, skipped")
+        return
+    except (FileNotFoundError, ValueError):
+        pass
+
+    def items():
+        for i, s in enumerate(subjects, 1):
+            x, _ = load_subject(s)
+            x = x[kept].astype(np.float64)
+            x -= x.mean(axis=1, keepdims=True)
+            x /= x.std(axis=1, keepdims=True)
+            log(f"[ingest] {split}: {i}/{len(subjects)} {s.subject}")
+            yield s.subject, x.astype(np.float32)
+
+    # every subject's length, from the mask stage's record
+    info = json.loads((work / "mask.json").read_text())["per_subject"]
+    tps = [int(info[s.subject]["timepoints"]) for s in subjects]
+    write_split(
+        path, items(), n_vertices=int(kept.sum()), timepoints=tps, vertex_mask=kept, overwrite=True
+    )
+
+
+def _stage_svd(cfg: PipelineConfig, split: str, work: Path, log: Log) -> dict[str, Any]:
+    u_path, s_path = work / f"{split}_U.npy", work / f"{split}_s.npy"
+    st = open_split(work / f"{split}.zarr")
+    n, m = st.data.shape
+    rank = int(min(cfg.svd.get("rank", 1000), n, m))
+    if u_path.exists() and s_path.exists():
+        log(f"[svd] {split} done earlier, skipped")
+        return {"rank": int(np.load(s_path).size), "method": cfg.svd.get("method")}
+    t0 = time.perf_counter()
+    log(f"[svd] {split}: rank {rank} of {n} x {m} ({cfg.svd.get('method')})")
+    if rank > m // 2:
+        log(
+            f"[svd] warning: rank {rank} keeps more than half of the {m} time points; the "
+            "features approach whitened data (the paper keeps 1,000 of 33,000). Lower svd.rank."
+        )
+    if cfg.svd.get("method", "randomized") == "streaming":
+        cols = np.cumsum([0, *st.timepoints])
+        blocks = (st.data[:, a:b] for a, b in zip(cols[:-1], cols[1:], strict=True))
+        U, s, _ = streaming_svd(blocks, rank, n_keep=cfg.svd.get("n_keep"))
+    else:
+        U, s, _ = randomized_svd(
+            st.data,
+            rank,
+            n_power_iter=int(cfg.svd.get("n_power_iter", 2)),
+            random_state=cfg.random_state,
+        )
+        U = U.compute()
+    _atomic_save_npy(u_path, np.asarray(U, np.float32))
+    _atomic_save_npy(s_path, np.asarray(s, np.float64))
+    return {
+        "rank": rank,
+        "method": cfg.svd.get("method"),
+        "seconds": time.perf_counter() - t0,
+        "top_singular_values": [float(v) for v in np.asarray(s)[:10]],
+    }
+
+
+#: features smaller than this are clustered in memory: a cluster round trip per iteration
+#: costs more than the arithmetic (the mission's 64,984 x 1,000 float32 is 260 MB: dask)
+IN_MEMORY_FEATURES_BYTES = 64 * 2**20
+
+
+def _features(work: Path, split: str) -> Any:
+    """Unit rows of U: a dask array persisted on the workers, or numpy when small."""
+    U = np.load(work / f"{split}_U.npy", mmap_mode="r")
+    if U.nbytes <= IN_MEMORY_FEATURES_BYTES:
+        return unit_rows(np.asarray(U))
+    chunk = max(1, min(U.shape[0], 16384))
+    return unit_rows(da.from_array(U, chunks=(chunk, U.shape[1]))).persist()
+
+
+def _estimator(method: str, k: int, seed: int) -> Any:
+    from .. import cluster as C
+
+    return {
+        "directional": lambda: C.DirectionalClustering(k, random_state=seed),
+        "lsd": lambda: C.LSD(k, random_state=seed),
+        "hierarchical_lsd": lambda: C.HierarchicalLSD(k, random_state=seed),
+        "spherical_kmeans": lambda: C.SphericalKMeans(k, random_state=seed),
+        "kmeans": lambda: C.KMeans(k, random_state=seed),
+        "spectral": lambda: C.SpectralClustering(k, random_state=seed),
+    }[method]()
+
+
+def _stage_cluster(
+    cfg: PipelineConfig,
+    split: str,
+    method: str,
+    k: int,
+    F: Any,
+    kept: np.ndarray,
+    work: Path,
+    log: Log,
+) -> None:
+    path = work / "labels" / f"{split}_{method}_K{k}.npy"
+    if path.exists():
+        log(f"[cluster] {split} {method} K={k} done earlier, skipped")
+        return
+    t0 = time.perf_counter()
+    est = _estimator(method, k, cfg.random_state).fit(F)
+    lab = np.asarray(est.labels_.compute() if hasattr(est.labels_, "compute") else est.labels_)
+    full = np.zeros(kept.size, np.int32)
+    full[kept] = lab + 1
+    path.parent.mkdir(exist_ok=True)
+    _atomic_save_npy(path, full)
+    log(f"[cluster] {split} {method} K={k}: {time.perf_counter() - t0:.1f} s")
+
+
+def _stage_scores(
+    cfg: PipelineConfig, splits: list[str], kept: np.ndarray, A: Any, work: Path, log: Log
+) -> list[dict[str, Any]]:
+    rows = []
+    null_cache: dict[int, tuple[float, float]] = {}
+    for method in cfg.methods:
+        for k in cfg.ks:
+            a, b = (np.load(work / "labels" / f"{s}_{method}_K{k}.npy") for s in splits)
+            pa = split_connected(a, A, min_size=cfg.min_region_size)
+            pb = split_connected(b, A, min_size=cfg.min_region_size)
+            dice = metrics.dice_matched(pa, pb, background=0)
+            if k not in null_cache:
+                null_cache[k] = _null_dice(k, kept, A, cfg)
+            row = {
+                "method": method,
+                "k": k,
+                "dice": dice.mean,
+                "nmi": metrics.nmi(pa, pb, background=0),
+                "ari": metrics.ari(pa, pb, background=0),
+                "n_regions": list(dice.n_regions),
+                "null_dice_mean": null_cache[k][0],
+                "null_dice_sd": null_cache[k][1],
+            }
+            rows.append(row)
+            log(
+                f"[scores] {method} K={k}: Dice {row['dice']:.3f} (null {row['null_dice_mean']:.3f}"
+                f" ± {row['null_dice_sd']:.3f}), NMI {row['nmi']:.3f}, ARI {row['ari']:.3f}"
+            )
+    return rows
+
+
+def _null_dice(k: int, kept: np.ndarray, A: Any, cfg: PipelineConfig) -> tuple[float, float]:
+    """Dice between independent random parcellations with K parcels grown on the mesh."""
+    rng = np.random.default_rng([cfg.random_state, k])
+    vals = []
+    for _ in range(cfg.null_repeats):
+        p = [
+            np.where((r := grow_regions(A, k, random_state=rng, mask=kept)) >= 0, r + 1, 0)
+            for _ in range(2)
+        ]
+        q = [split_connected(x, A, min_size=cfg.min_region_size) for x in p]
+        vals.append(metrics.dice_matched(q[0], q[1], background=0).mean)
+    return float(np.mean(vals)), float(np.std(vals))
+
+
+def _write_outputs(
+    cfg: PipelineConfig,
+    splits: list[str],
+    meshes: dict[str, Mesh],
+    sizes: list[int],
+    scores: list[dict[str, Any]],
+    work: Path,
+    out: Path,
+) -> list[Path]:
+    from ..plotting import plot_dice_vs_k, plot_parcellation
+
+    files: list[Path] = []
+    cifti = all(s.cifti is not None for s in cfg.subjects)
+    label_dir = out / "labels"
+    for split in splits:
+        for method in cfg.methods:
+            for k in cfg.ks:
+                lab = np.load(work / "labels" / f"{split}_{method}_K{k}.npy")
+                stem = f"{split}_{method}_K{k}"
+                if cifti:
+                    files.append(write_dlabel(label_dir / f"{stem}.dlabel.nii", lab, sizes))
+                else:
+                    files.append(
+                        write_label_gifti(
+                            label_dir / f"{stem}.L.label.gii", lab[: sizes[0]], hemisphere="left"
+                        )
+                    )
+                    files.append(
+                        write_label_gifti(
+                            label_dir / f"{stem}.R.label.gii", lab[sizes[0] :], hemisphere="right"
+                        )
+                    )
+    files.append(plot_dice_vs_k(scores, out / "dice_vs_k.png"))
+    method, k = cfg.methods[0], sorted(cfg.ks)[len(cfg.ks) // 2]
+    for split in splits:
+        lab = np.load(work / "labels" / f"{split}_{method}_K{k}.npy")
+        files.append(
+            plot_parcellation(
+                meshes,
+                lab,
+                out / f"parcellation_{split}_{method}_K{k}.png",
+                title=f"{split}: {method}, K={k}",
+            )
+        )
+    return files
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _vertex_counts(s: Any) -> list[int]:
+    import nibabel as nib
+    from nibabel import cifti2
+
+    if s.cifti is not None:
+        img = nib.load(str(s.cifti))
+        if not isinstance(img, cifti2.Cifti2Image):
+            raise ValueError(f"{s.cifti} is not a CIFTI-2 file.")
+        bm = img.header.get_axis(1)
+        names = {"CIFTI_STRUCTURE_CORTEX_LEFT": 0, "CIFTI_STRUCTURE_CORTEX_RIGHT": 1}
+        counts = [0, 0]
+        for name, i in names.items():
+            if name in bm.nvertices:
+                counts[i] = int(bm.nvertices[name])
+        return counts
+    counts = []
+    for p in (s.left, s.right):
+        img = nib.load(str(p))
+        if str(p).lower().endswith(".gii"):
+            counts.append(int(img.darrays[0].data.shape[0]))
+        else:
+            counts.append(int(img.shape[0]))
+    return counts
+
+
+def _atomic_save_npy(path: Path, arr: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")
+    np.save(tmp, arr)
+    os.replace(tmp, path)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _versions() -> dict[str, str]:
+    import dask
+    import distributed
+    import nibabel
+    import scipy
+    import sklearn
+    import zarr
+
+    from .. import __version__
+
+    return {
+        "lsd_dask": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "dask": dask.__version__,
+        "distributed": distributed.__version__,
+        "zarr": zarr.__version__,
+        "nibabel": nibabel.__version__,
+        "scikit-learn": sklearn.__version__,
+    }

@@ -1,0 +1,94 @@
+import nibabel as nib
+import numpy as np
+import pytest
+from nibabel import cifti2
+
+from lsd_dask.io.surface_files import (
+    SubjectFiles,
+    load_mesh,
+    load_subject,
+    write_dlabel,
+    write_dtseries,
+    write_func_gifti,
+    write_label_gifti,
+    write_surface_gifti,
+)
+
+
+@pytest.fixture
+def data(tiny_meshes):
+    sizes = [m.n_vertices for m in tiny_meshes.values()]
+    x = np.random.default_rng(0).standard_normal((sum(sizes), 9)).astype(np.float32)
+    return sizes, x
+
+
+def test_cifti_dtseries_roundtrip(tmp_path, data):
+    sizes, x = data
+    p = write_dtseries(tmp_path / "s.dtseries.nii", x, sizes, tr=0.72)
+    img = nib.load(str(p))
+    assert isinstance(img.header.get_axis(1), cifti2.BrainModelAxis)
+    assert img.header.get_axis(0).step == pytest.approx(0.72)
+    y, s = load_subject(SubjectFiles("s", cifti=p))
+    assert s == sizes
+    np.testing.assert_array_equal(y, x)
+
+
+def test_cifti_with_medial_wall_missing(tmp_path, data):
+    sizes, x = data
+    # a dtseries that leaves out some left-hemisphere vertices (as real CIFTI leaves out the
+    # medial wall): those come back as zeros
+    keep = np.ones(sizes[0], bool)
+    keep[:5] = False
+    bm = cifti2.BrainModelAxis.from_surface(np.flatnonzero(keep), sizes[0], name="CortexLeft")
+    bm = bm + cifti2.BrainModelAxis.from_surface(np.arange(sizes[1]), sizes[1], name="CortexRight")
+    cols = np.concatenate([x[: sizes[0]][keep], x[sizes[0] :]]).T
+    img = cifti2.Cifti2Image(cols, header=(cifti2.SeriesAxis(0, 1, 9), bm))
+    nib.save(img, str(tmp_path / "m.dtseries.nii"))
+    y, _ = load_subject(SubjectFiles("m", cifti=tmp_path / "m.dtseries.nii"))
+    assert np.all(y[:5] == 0)
+    np.testing.assert_array_equal(y[5:], x[5:])
+
+
+def test_gifti_and_mgh_hemispheres(tmp_path, data):
+    sizes, x = data
+    write_func_gifti(tmp_path / "l.func.gii", x[: sizes[0]], hemisphere="left")
+    write_func_gifti(tmp_path / "r.func.gii", x[sizes[0] :], hemisphere="right")
+    y, s = load_subject(
+        SubjectFiles("g", left=tmp_path / "l.func.gii", right=tmp_path / "r.func.gii")
+    )
+    np.testing.assert_array_equal(y, x)
+    for hemi, part in (("lh", x[: sizes[0]]), ("rh", x[sizes[0] :])):
+        nib.save(nib.MGHImage(part[:, None, None, :], np.eye(4)), str(tmp_path / f"{hemi}.mgz"))
+    y, s = load_subject(SubjectFiles("m", left=tmp_path / "lh.mgz", right=tmp_path / "rh.mgz"))
+    np.testing.assert_array_equal(y, x)
+    assert s == sizes
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_subject(SubjectFiles("x", cifti=tmp_path / "nope.dtseries.nii"))
+
+
+def test_label_files_open_in_nibabel(tmp_path, data):
+    sizes, _ = data
+    lab = np.random.default_rng(1).integers(0, 6, sum(sizes))
+    p = write_dlabel(tmp_path / "p.dlabel.nii", lab, sizes)
+    img = nib.load(str(p))
+    lax, bm = img.header.get_axis(0), img.header.get_axis(1)
+    assert isinstance(lax, cifti2.LabelAxis) and isinstance(bm, cifti2.BrainModelAxis)
+    np.testing.assert_array_equal(np.asarray(img.dataobj)[0], lab)
+    assert lax.label[0][0][0] == "???" and set(lax.label[0]) >= set(range(6))
+    g = nib.load(
+        str(write_label_gifti(tmp_path / "p.L.label.gii", lab[: sizes[0]], hemisphere="left"))
+    )
+    np.testing.assert_array_equal(g.darrays[0].data, lab[: sizes[0]])
+    assert g.darrays[0].intent == nib.nifti1.intent_codes["NIFTI_INTENT_LABEL"]
+    assert g.labeltable.get_labels_as_dict()[0] == "???"
+
+
+def test_surface_roundtrip(tmp_path, tiny_meshes):
+    m = tiny_meshes["right"]
+    p = write_surface_gifti(tmp_path / "rh.surf.gii", m, hemisphere="right")
+    back = load_mesh(p)
+    np.testing.assert_allclose(back.vertices, m.vertices, atol=1e-4)
+    np.testing.assert_array_equal(back.faces, m.faces)

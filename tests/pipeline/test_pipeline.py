@@ -1,0 +1,184 @@
+"""The split-half pipeline end to end on small synthetic studies written to disk."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import nibabel as nib
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from lsd_dask import cli
+from lsd_dask.pipeline import load_config, run_pipeline, write_study
+from lsd_dask.surface import two_hemisphere_mesh
+from lsd_dask.testing import surface_study
+
+
+@pytest.fixture(scope="module")
+def study():
+    meshes = two_hemisphere_mesh(6, 7, radius=50.0)
+    return surface_study(
+        meshes,
+        n_parcels=10,
+        n_subjects=(2, 2),
+        n_timepoints=60,
+        medial_wall_fraction=0.1,
+        noise_std=0.7,
+        random_state=0,
+    )
+
+
+def _config(folder, **over):
+    over.setdefault("svd", {"method": "randomized", "rank": 20})
+    return load_config(
+        folder / "pipeline.yaml",
+        output=str(folder / "results"),
+        min_region_size=3,
+        null_repeats=3,
+        **over,
+    )
+
+
+@pytest.mark.parametrize("fmt", ["gifti", "cifti"])
+def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
+    if fmt == "cifti":  # cluster dask features (the mission-scale path) in one of the two runs
+        import lsd_dask.pipeline.run as run_mod
+
+        monkeypatch.setattr(run_mod, "IN_MEMORY_FEATURES_BYTES", 0)
+    folder = tmp_path / fmt
+    write_study(study, folder, fmt=fmt)
+    cfg = _config(folder, ks=[5, 10], methods=["directional", "hierarchical_lsd"])
+    logs: list[str] = []
+    report = run_pipeline(cfg, log=logs.append)
+    out = cfg.output
+    # medial wall masked and reported
+    assert report["mask"]["n_masked"] == int((study.labels == 0).sum())
+    # scores for every method and K; the planted parcels reproduce far above the null
+    assert {(r["method"], r["k"]) for r in report["scores"]} == {
+        (m, k) for m in ("directional", "hierarchical_lsd") for k in (5, 10)
+    }
+    best = max(r["dice"] - r["null_dice_mean"] for r in report["scores"] if r["k"] == 10)
+    assert best > 0.3
+    # outputs exist and open
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["versions"]["nibabel"] == nib.__version__
+    assert (out / "dice_vs_k.png").stat().st_size > 1000
+    assert len(list(out.glob("parcellation_*.png"))) == 2
+    if fmt == "cifti":
+        img = nib.load(str(out / "labels" / "split1_directional_K10.dlabel.nii"))
+        lab = np.asarray(img.dataobj)[0]
+    else:
+        left = nib.load(str(out / "labels" / "split1_directional_K10.L.label.gii"))
+        right = nib.load(str(out / "labels" / "split1_directional_K10.R.label.gii"))
+        lab = np.concatenate([left.darrays[0].data, right.darrays[0].data])
+    assert lab.shape == study.labels.shape
+    assert np.all(lab[study.labels == 0] == 0) and set(np.unique(lab[study.labels > 0])) <= set(
+        range(1, 11)
+    )
+    # a re-run resumes: every stage is skipped, the labels are unchanged
+    logs2: list[str] = []
+    run_pipeline(cfg, log=logs2.append)
+    assert any("[svd] split1 done earlier" in line for line in logs2)
+    assert not any(line.startswith("[cluster] split1 directional K=10:") for line in logs2)
+
+
+def _bad(tmp_path, study, mutate):
+    folder = tmp_path / "bad"
+    write_study(study, folder, fmt="gifti")
+    raw = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    mutate(folder, raw)
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    return folder
+
+
+def test_bad_inputs_fail_early_and_leave_nothing(tmp_path, study):
+    # a subject in both splits
+    f = _bad(tmp_path, study, lambda d, r: r["splits"]["split2"].append(r["splits"]["split1"][0]))
+    with pytest.raises(ValueError, match="in both splits"):
+        _config(f)
+    # a missing file
+    f = _bad(tmp_path / "m", study, lambda d, r: os.remove(d / r["subjects"][0]["left"]))
+    with pytest.raises(FileNotFoundError, match="missing"):
+        run_pipeline(_config(f), log=lambda s: None)
+
+    # files with different vertex counts (a subject on another mesh)
+    def other_mesh(d, r):
+        other = surface_study(
+            two_hemisphere_mesh(5, 7),
+            n_parcels=4,
+            n_subjects=(1, 1),
+            n_timepoints=60,
+            random_state=1,
+        )
+        write_study(other, d / "other")
+        r["subjects"][0]["left"] = "other/" + other.subjects[0] + ".L.func.gii"
+
+    f = _bad(tmp_path / "v", study, other_mesh)
+    with pytest.raises(ValueError, match="vertices per hemisphere"):
+        run_pipeline(_config(f), log=lambda s: None)
+    assert not (f / "results" / "work" / "split1.zarr").exists()
+    # K larger than the number of vertices
+    f = _bad(tmp_path / "k", study, lambda d, r: None)
+    with pytest.raises(ValueError, match="larger than the number of vertices"):
+        run_pipeline(_config(f, ks=[10**6]), log=lambda s: None)
+
+    # non-finite values
+    def nan_subject(d, r):
+        img = nib.load(str(d / r["subjects"][1]["left"]))
+        img.darrays[3].data[7] = np.nan
+        nib.save(img, str(d / r["subjects"][1]["left"]))
+
+    f = _bad(tmp_path / "n", study, nan_subject)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        run_pipeline(_config(f), log=lambda s: None)
+    assert not (f / "results" / "work" / "mask.npy").exists()
+    # unwritable output folder
+    f = _bad(tmp_path / "w", study, lambda d, r: None)
+    blocker = f / "blocked"
+    blocker.write_text("a file where the output folder should go")
+    with pytest.raises(PermissionError, match="not writable"):
+        run_pipeline(
+            load_config(f / "pipeline.yaml", output=str(blocker / "out")), log=lambda s: None
+        )
+
+
+def test_cli_run_and_synth(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(
+        cli.main,
+        [
+            "synth",
+            str(tmp_path / "s"),
+            "--frequency",
+            "5",
+            "--parcels",
+            "6",
+            "--subjects",
+            "2",
+            "--timepoints",
+            "40",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "s" / "pipeline.yaml").exists()
+    assert len(list((tmp_path / "s").glob("*.func.gii"))) == 8
+    res = runner.invoke(
+        cli.main,
+        [
+            "run",
+            str(tmp_path / "s" / "pipeline.yaml"),
+            "--k",
+            "4",
+            "--out",
+            str(tmp_path / "o"),
+            "--rank",
+            "30",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["config"]["ks"] == [4] and report["config"]["svd"]["rank"] == 30
+    assert "Dask dashboard" in res.output
