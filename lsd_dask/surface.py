@@ -24,6 +24,7 @@ __all__ = [
     "split_connected",
     "connected_regions",
     "grow_regions",
+    "grow_sized_regions",
     "icosphere",
     "two_hemisphere_mesh",
     "combine_meshes",
@@ -241,6 +242,61 @@ def grow_regions(
             nb = indices[indptr[v] : indptr[v + 1]]
             f.extend(int(u) for u in nb if allowed[u] and out[u] < 0)
         if not f:
+            active[k] = active[-1]
+            active.pop()
+    return out
+
+
+def grow_sized_regions(
+    adjacency: sp.spmatrix,
+    sizes: Any,
+    *,
+    random_state: Any = None,
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Random connected regions with prescribed sizes: a null model for parcellations.
+
+    Each region grows from a random seed (as in :func:`grow_regions`) and stops at its size;
+    a region hemmed in by others stays smaller. Vertices left over are background.
+
+    Returns
+    -------
+    ndarray of shape (n,), int64
+        Region ``1..len(sizes)`` of each vertex, ``0`` for background.
+    """
+    rng = check_random_state(random_state)
+    A = sp.csr_matrix(adjacency)
+    n = A.shape[0]
+    target = np.asarray(sizes, np.int64)
+    allowed = np.ones(n, bool) if mask is None else np.asarray(mask, bool)
+    candidates = np.flatnonzero(allowed)
+    if target.size > candidates.size:
+        raise ValueError(f"cannot place {target.size} regions on {candidates.size} vertices.")
+    out = np.zeros(n, np.int64)
+    seeds = rng.choice(candidates, size=target.size, replace=False)
+    out[seeds] = np.arange(1, target.size + 1)
+    count = np.ones(target.size, np.int64)
+    indptr, indices = A.indptr, A.indices
+    frontier = [
+        [int(v) for v in indices[indptr[s] : indptr[s + 1]] if allowed[v] and out[v] == 0]
+        for s in seeds
+    ]
+    active = [r for r in range(target.size) if frontier[r] and count[r] < target[r]]
+    while active:
+        k = int(rng.integers(len(active)))
+        r = active[k]
+        f = frontier[r]
+        j = int(rng.integers(len(f)))
+        v = f[j]
+        f[j] = f[-1]
+        f.pop()
+        if out[v] == 0:
+            out[v] = r + 1
+            count[r] += 1
+            f.extend(
+                int(u) for u in indices[indptr[v] : indptr[v + 1]] if allowed[u] and out[u] == 0
+            )
+        if not f or count[r] >= target[r]:
             active[k] = active[-1]
             active.pop()
     return out

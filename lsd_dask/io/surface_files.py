@@ -46,6 +46,8 @@ class SubjectFiles:
     cifti: Path | None = None
     left: Path | None = None
     right: Path | None = None
+    #: optional ``(start, stop)`` time points to keep (e.g. two halves of one run)
+    time_slice: tuple[int, int] | None = None
 
     @property
     def kind(self) -> str:
@@ -64,12 +66,22 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
         if not Path(p).exists():
             raise FileNotFoundError(f"subject {files.subject}: {p} does not exist.")
     if files.cifti is not None:
-        return _load_cifti(Path(files.cifti))
-    parts = [read_hemisphere(Path(getattr(files, h))) for h in HEMISPHERES if getattr(files, h)]
-    ts = {p.shape[1] for p in parts}
-    if len(ts) != 1:
-        raise ValueError(f"subject {files.subject}: hemispheres have different lengths {ts}.")
-    return np.concatenate(parts, axis=0), [p.shape[0] for p in parts]
+        x, sizes = _load_cifti(Path(files.cifti))
+    else:
+        parts = [read_hemisphere(Path(getattr(files, h))) for h in HEMISPHERES if getattr(files, h)]
+        ts = {p.shape[1] for p in parts}
+        if len(ts) != 1:
+            raise ValueError(f"subject {files.subject}: hemispheres have different lengths {ts}.")
+        x, sizes = np.concatenate(parts, axis=0), [p.shape[0] for p in parts]
+    if files.time_slice is not None:
+        a, b = files.time_slice
+        if not 0 <= a < b <= x.shape[1]:
+            raise ValueError(
+                f"subject {files.subject}: time_slice {files.time_slice} is outside the "
+                f"{x.shape[1]} time points."
+            )
+        x = x[:, a:b]
+    return x, sizes
 
 
 def read_hemisphere(path: Path) -> np.ndarray:

@@ -5,6 +5,7 @@ A pipeline YAML looks like::
     subjects:                      # explicit list, or globs below
       - {id: sub-01, left: data/sub-01.L.func.gii, right: data/sub-01.R.func.gii}
       - {id: sub-02, cifti: data/sub-02.dtseries.nii}
+      - {id: run-a, left: a.lh.mgz, right: a.rh.mgz, time_slice: [0, 300]}  # part of a run
     # globs: {left: "data/*.L.func.gii", right: "data/*.R.func.gii"}  # id = common stem
     splits: null                   # null: sorted subjects halved; or {split1: [...], split2: [...]}
     mesh: {left: lh.surf.gii, right: rh.surf.gii}
@@ -17,7 +18,8 @@ A pipeline YAML looks like::
     cluster: null                  # a cluster_configs/*.yaml, or a scheduler address
     random_state: 0
 
-Relative paths are resolved against the YAML file's folder.
+Relative paths are resolved against the YAML file's folder; ``pkg://NAME/path`` points into
+an installed package.
 """
 
 from __future__ import annotations
@@ -77,7 +79,10 @@ class PipelineConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["subjects"] = [
-            {k: (str(v) if v is not None else None) for k, v in asdict(s).items()}
+            {
+                k: (list(v) if isinstance(v, tuple) else str(v) if v is not None else None)
+                for k, v in asdict(s).items()
+            }
             for s in self.subjects
         ]
         d["output"] = str(self.output)
@@ -150,7 +155,18 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
 
 
 def _resolve(p: Any, base: Path) -> Path:
-    q = Path(os.path.expandvars(str(p))).expanduser()
+    """A path relative to the YAML's folder; ``pkg://NAME/rest`` is a file inside an installed
+    package (found without importing it), e.g. data that a package ships."""
+    text = os.path.expandvars(str(p))
+    if text.startswith("pkg://"):
+        import importlib.util
+
+        name, _, rest = text[len("pkg://") :].partition("/")
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(f"package {name!r} is not installed (needed for {text}).")
+        return Path(list(spec.submodule_search_locations)[0]) / rest
+    q = Path(text).expanduser()
     return q if q.is_absolute() else (base / q)
 
 
@@ -158,12 +174,14 @@ def _subjects(raw: dict[str, Any], base: Path) -> list[SubjectFiles]:
     out: list[SubjectFiles] = []
     for entry in raw.get("subjects") or []:
         sid = str(entry["id"])
+        ts = entry.get("time_slice")
         out.append(
             SubjectFiles(
                 sid,
                 cifti=_resolve(entry["cifti"], base) if entry.get("cifti") else None,
                 left=_resolve(entry["left"], base) if entry.get("left") else None,
                 right=_resolve(entry["right"], base) if entry.get("right") else None,
+                time_slice=(int(ts[0]), int(ts[1])) if ts else None,
             )
         )
     globs = raw.get("globs")

@@ -1,0 +1,45 @@
+"""The pipeline on real resting-state data: brainspace's fsaverage5 sample run, its two
+halves as the two splits (pipelines/brainspace_sample.yaml)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lsd_dask.pipeline import load_config, run_pipeline
+
+PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "brainspace_sample.yaml"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    if importlib.util.find_spec("brainspace") is None:
+        if os.environ.get("CI"):
+            pytest.fail("brainspace (a test dependency) is not installed in CI.")
+        pytest.skip("brainspace is not installed (pip install brainspace).")
+    out = tmp_path_factory.mktemp("brainspace")
+    cfg = load_config(PIPELINE, output=str(out))
+    return run_pipeline(cfg, log=lambda s: None), out
+
+
+def test_completes_and_masks_medial_wall(report):
+    rep, out = report
+    assert (out / "report.json").exists() and (out / "dice_vs_k.png").exists()
+    mask = rep["mask"]
+    assert mask["n_vertices"] == 2 * 10242  # fsaverage5
+    # the medial wall is constant in this run: 888 vertices per hemisphere
+    assert 1500 <= mask["n_masked"] <= 2200
+    kept = np.load(out / "work" / "mask.npy")
+    assert (~kept[:10242]).sum() > 0 and (~kept[10242:]).sum() > 0
+
+
+@pytest.mark.parametrize("k", [50, 100])
+def test_dice_above_null(report, k):
+    rep, _ = report
+    row = next(r for r in rep["scores"] if r["k"] == k)
+    # above the null of the same region sizes placed at random, by 3 null sds at least
+    assert row["dice"] > row["null_dice_mean"] + 3 * row["null_dice_sd"]

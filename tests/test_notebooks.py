@@ -1,0 +1,35 @@
+"""Execute the notebooks against a real scheduler process (the env var the notebooks read)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from lsd_dask.distributed import SCHEDULER_ENV
+from lsd_dask.testing.processes import ProcessCluster
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    c = ProcessCluster(tmp_path_factory.mktemp("nbdask"), n_workers=2)
+    yield c.address
+    c.close()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs(path, scheduler, tmp_path, monkeypatch):
+    monkeypatch.setenv(SCHEDULER_ENV, scheduler)
+    monkeypatch.setenv("LSD_DASK_NOTEBOOK_DIR", str(tmp_path))
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert scheduler.split("//")[-1] in text or "dashboard" in text.lower()
