@@ -170,7 +170,12 @@ def _orthonormal(Y: Any, persist: bool) -> Any:
 
 
 def _truncate(W: np.ndarray, keep: int) -> np.ndarray:
-    G = W.T.astype(np.float64) @ W.astype(np.float64)
-    w, V = np.linalg.eigh(G)
+    """``W V_keep``: project W onto the top eigenvectors of its (small) Gram matrix.
+
+    The Gram product runs in W's dtype (float32 GEMM is twice as fast and needs no n × w
+    float64 copy); only the w × w eigenproblem is solved in float64.
+    """
+    G = (W.T @ W).astype(np.float64)
+    _, V = np.linalg.eigh(G)
     V = V[:, ::-1][:, :keep]
-    return (W @ V.astype(W.dtype)).astype(W.dtype, copy=False)
+    return W @ V.astype(W.dtype)
