@@ -77,7 +77,8 @@ def dice_matched(labels_a: Any, labels_b: Any, *, background: int | None = None)
 
     For every pair of regions ``Dice(A, B) = 2|A ∩ B| / (|A| + |B|)``. The regions are then
     matched greedily as in Blumensath et al.: repeatedly take the largest remaining entry of
-    the Dice matrix and remove its row and column. The score is the mean Dice over the
+    the Dice matrix and remove its row and column. Equal entries are taken in the order of
+    the regions' first samples, so relabeling either parcellation never changes the score. The score is the mean Dice over the
     ``min(n_a, n_b)`` matched pairs (the diagonal of the permuted matrix).
 
     Parameters
@@ -94,7 +95,9 @@ def dice_matched(labels_a: Any, labels_b: Any, *, background: int | None = None)
     """
     a, b = _pair(labels_a, labels_b)
     D, ua, ub = dice_matrix(a, b, background=background)
-    rows, cols = _greedy_match(D)
+    # ties are broken by where the regions first occur (their lowest sample index), which
+    # depends neither on how regions are numbered nor on the argument order
+    rows, cols = _greedy_match(D, _first_index(a, ua), _first_index(b, ub))
     dice = D[rows, cols]
     pairs = np.column_stack([ua[rows], ub[cols]]) if rows.size else np.empty((0, 2), np.int64)
     mean = float(dice.mean()) if dice.size else 0.0
@@ -322,16 +325,31 @@ def _entropy(p: np.ndarray, base: float = np.e) -> float:
     return float(-np.sum(p * np.log(p)) / np.log(base))
 
 
-def _greedy_match(D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _first_index(labels: np.ndarray, regions: np.ndarray) -> np.ndarray:
+    """Lowest sample index of each region in ``regions``."""
+    uniq, first = np.unique(labels, return_index=True)
+    return first[np.searchsorted(uniq, regions)]
+
+
+def _greedy_match(
+    D: np.ndarray, row_key: np.ndarray | None = None, col_key: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Repeatedly take the largest remaining entry, removing its row and column.
 
-    Ties go to the lowest row, then the lowest column, so the result is deterministic.
+    Ties go to the pair with the smaller ``(min, max)`` of its row and column keys (default:
+    the row and column indices), then to the lower flat index, so the result is
+    deterministic; with keys that do not depend on labels or on argument order it is
+    invariant to both.
     """
     n_pairs = min(D.shape)
     if n_pairs == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     flat = D.ravel()
-    order = np.lexsort((np.arange(flat.size), -flat))  # value descending, index ascending
+    rk = np.arange(D.shape[0]) if row_key is None else np.asarray(row_key)
+    ck = np.arange(D.shape[1]) if col_key is None else np.asarray(col_key)
+    kr, kc = np.meshgrid(rk, ck, indexing="ij")
+    lo, hi = np.minimum(kr, kc).ravel(), np.maximum(kr, kc).ravel()
+    order = np.lexsort((np.arange(flat.size), hi, lo, -flat))  # value descending, then keys
     r_all, c_all = np.divmod(order, D.shape[1])
     used_r = np.zeros(D.shape[0], bool)
     used_c = np.zeros(D.shape[1], bool)

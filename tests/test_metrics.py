@@ -158,3 +158,12 @@ def test_lsd_objective_features_equals_dense(rng):
 def test_mismatched_lengths_raise():
     with pytest.raises(ValueError, match="differ in length"):
         M.nmi([0, 1], [0, 1, 1])
+
+
+def test_dice_tie_case_found_by_hypothesis():
+    a = np.array([0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 2])
+    b = np.array([1, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0])
+    ref = M.dice_matched(a, b).mean
+    for perm in ([2, 0, 1], [1, 2, 0], [0, 2, 1]):
+        assert M.dice_matched(np.array(perm)[a], b).mean == pytest.approx(ref)
+        assert M.dice_matched(a, np.array(perm)[b]).mean == pytest.approx(ref)
