@@ -78,8 +78,9 @@ def dice_matched(labels_a: Any, labels_b: Any, *, background: int | None = None)
     For every pair of regions ``Dice(A, B) = 2|A ∩ B| / (|A| + |B|)``. The regions are then
     matched greedily as in Blumensath et al.: repeatedly take the largest remaining entry of
     the Dice matrix and remove its row and column. Equal entries are taken in the order of
-    the regions' first samples, so relabeling either parcellation never changes the score. The score is the mean Dice over the
-    ``min(n_a, n_b)`` matched pairs (the diagonal of the permuted matrix).
+    the regions' first samples, so relabeling either parcellation never changes the score.
+    The score is the mean Dice over the ``min(n_a, n_b)`` matched pairs (the diagonal of the
+    permuted matrix).
 
     Parameters
     ----------
