@@ -104,7 +104,7 @@ def demo(out: Path) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["gifti", "cifti"]),
+    type=click.Choice(["gifti", "cifti", "zarr"]),
     default="gifti",
     help="File format of the time series.",
 )

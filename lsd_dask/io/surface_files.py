@@ -32,6 +32,8 @@ __all__ = [
     "write_func_gifti",
     "write_surface_gifti",
     "write_dtseries",
+    "read_zarr_subject",
+    "write_zarr_subject",
 ]
 
 HEMISPHERES = ("left", "right")
@@ -46,18 +48,22 @@ class SubjectFiles:
     cifti: Path | None = None
     left: Path | None = None
     right: Path | None = None
+    #: a Zarr array (n_vertices, T), left hemisphere first, with a ``hemisphere_sizes`` attribute
+    zarr: Path | None = None
     #: optional ``(start, stop)`` time points to keep (e.g. two halves of one run)
     time_slice: tuple[int, int] | None = None
 
     @property
     def kind(self) -> str:
+        if self.zarr is not None:
+            return "zarr"
         if self.cifti is not None:
             return "cifti"
         suffix = "".join(Path(self.left or "").suffixes[-2:]).lower()
         return "gifti" if suffix.endswith(".gii") else "mgh"
 
     def paths(self) -> list[Path]:
-        return [p for p in (self.cifti, self.left, self.right) if p is not None]
+        return [p for p in (self.cifti, self.left, self.right, self.zarr) if p is not None]
 
 
 def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
@@ -65,7 +71,9 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
     for p in files.paths():
         if not Path(p).exists():
             raise FileNotFoundError(f"subject {files.subject}: {p} does not exist.")
-    if files.cifti is not None:
+    if files.zarr is not None:
+        x, sizes = read_zarr_subject(Path(files.zarr))
+    elif files.cifti is not None:
         x, sizes = _load_cifti(Path(files.cifti))
     else:
         parts = [read_hemisphere(Path(getattr(files, h))) for h in HEMISPHERES if getattr(files, h)]
@@ -95,6 +103,45 @@ def read_hemisphere(path: Path) -> np.ndarray:
         return np.stack(arrays, axis=1).astype(np.float32)
     data = np.asarray(img.dataobj, dtype=np.float32)
     return data.reshape(data.shape[0], -1)
+
+
+def read_zarr_subject(path: Path) -> tuple[np.ndarray, list[int]]:
+    """A subject already in Zarr: an array (n_vertices, T) with ``hemisphere_sizes``."""
+    import zarr
+
+    arr = zarr.open_array(str(path), mode="r")
+    sizes = arr.attrs.get("hemisphere_sizes")
+    if arr.ndim != 2 or not sizes or int(sum(sizes)) != arr.shape[0]:
+        raise ValueError(
+            f"{path}: expected a 2-D (n_vertices, T) array whose 'hemisphere_sizes' attribute "
+            f"sums to n_vertices; got shape {arr.shape} and sizes {sizes}."
+        )
+    return np.asarray(arr[...], np.float32), [int(n) for n in sizes]
+
+
+def write_zarr_subject(
+    path: str | os.PathLike[str], data: np.ndarray, hemi_sizes: list[int]
+) -> Path:
+    """Store one subject as a Zarr array readable by :func:`read_zarr_subject`."""
+    import shutil
+
+    import zarr
+
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    arr = zarr.create_array(
+        str(tmp),
+        shape=data.shape,
+        dtype="float32",
+        chunks=(min(data.shape[0], 32768), data.shape[1]),
+        overwrite=True,
+    )
+    arr[...] = np.asarray(data, np.float32)
+    arr.attrs["hemisphere_sizes"] = [int(n) for n in hemi_sizes]
+    if p.exists():
+        shutil.rmtree(p)
+    os.replace(tmp, p)
+    return p
 
 
 def load_mesh(path: str | os.PathLike[str]) -> Mesh:

@@ -5,6 +5,7 @@ A pipeline YAML looks like::
     subjects:                      # explicit list, or globs below
       - {id: sub-01, left: data/sub-01.L.func.gii, right: data/sub-01.R.func.gii}
       - {id: sub-02, cifti: data/sub-02.dtseries.nii}
+      - {id: sub-03, zarr: data/sub-03.zarr}     # (n_vertices, T) array, hemisphere_sizes attr
       - {id: run-a, left: a.lh.mgz, right: a.rh.mgz, time_slice: [0, 300]}  # part of a run
     # globs: {left: "data/*.L.func.gii", right: "data/*.R.func.gii"}  # id = common stem
     splits: null                   # null: sorted subjects halved; or {split1: [...], split2: [...]}
@@ -181,6 +182,7 @@ def _subjects(raw: dict[str, Any], base: Path) -> list[SubjectFiles]:
                 cifti=_resolve(entry["cifti"], base) if entry.get("cifti") else None,
                 left=_resolve(entry["left"], base) if entry.get("left") else None,
                 right=_resolve(entry["right"], base) if entry.get("right") else None,
+                zarr=_resolve(entry["zarr"], base) if entry.get("zarr") else None,
                 time_slice=(int(ts[0]), int(ts[1])) if ts else None,
             )
         )

@@ -88,11 +88,13 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     for k in cfg.ks:
         if k > n_kept:
             raise ValueError(f"K={k} is larger than the {n_kept} unmasked vertices.")
-    for split in splits:
-        F = _features(work, split)
-        for method in cfg.methods:
-            for k in cfg.ks:
-                _stage_cluster(cfg, split, method, k, F, kept, work, log)
+    jobs = [(split, m, k) for split in splits for m in cfg.methods for k in cfg.ks]
+    F = None
+    for i, (split, method, k) in enumerate(jobs, 1):
+        if i == 1 or jobs[i - 2][0] != split:
+            F = _features(work, split)
+        log(f"[cluster] {_bar(i - 1, len(jobs))} next: {split} {method} K={k}")
+        _stage_cluster(cfg, split, method, k, F, kept, work, log)
     timings["cluster"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -181,7 +183,7 @@ def _stage_mask(cfg: PipelineConfig, work: Path, sizes: list[int], log: Log) -> 
             "timepoints": int(x.shape[1]),
         }
         bad |= constant | nonfinite
-        log(f"[mask] read {i}/{len(cfg.subjects)}: {s.subject}")
+        log(f"[mask] {_bar(i, len(cfg.subjects))} {s.subject}")
     if bad.all():
         raise ValueError("every vertex is constant or non-finite in some subject.")
     _atomic_save_npy(work / "mask.npy", ~bad)
@@ -210,7 +212,7 @@ def _stage_ingest(split: str, subjects: list[Any], kept: np.ndarray, work: Path,
             x = x[kept].astype(np.float64)
             x -= x.mean(axis=1, keepdims=True)
             x /= x.std(axis=1, keepdims=True)
-            log(f"[ingest] {split}: {i}/{len(subjects)} {s.subject}")
+            log(f"[ingest] {split} {_bar(i, len(subjects))} {s.subject}")
             yield s.subject, x.astype(np.float32)
 
     # every subject's length, from the mask stage's record
@@ -416,6 +418,11 @@ def _vertex_counts(s: Any) -> list[int]:
     import nibabel as nib
     from nibabel import cifti2
 
+    if s.zarr is not None:
+        import zarr
+
+        sizes = zarr.open_array(str(s.zarr), mode="r").attrs.get("hemisphere_sizes") or []
+        return [int(n) for n in sizes]
     if s.cifti is not None:
         img = nib.load(str(s.cifti))
         if not isinstance(img, cifti2.Cifti2Image):
@@ -435,6 +442,12 @@ def _vertex_counts(s: Any) -> list[int]:
         else:
             counts.append(int(img.shape[0]))
     return counts
+
+
+def _bar(i: int, n: int, width: int = 20) -> str:
+    """A text progress bar, ``[#####.....] 3/6``, one line per step (works in logs too)."""
+    done = int(round(width * i / max(n, 1)))
+    return f"[{'#' * done}{'.' * (width - done)}] {i}/{n}"
 
 
 def _atomic_save_npy(path: Path, arr: np.ndarray) -> None:

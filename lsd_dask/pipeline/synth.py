@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ..io.surface_files import write_dtseries, write_func_gifti, write_surface_gifti
+from ..io.surface_files import (
+    write_dtseries,
+    write_func_gifti,
+    write_surface_gifti,
+    write_zarr_subject,
+)
 from ..surface import two_hemisphere_mesh
 from ..testing.generators import SurfaceStudy, surface_study
 
@@ -27,11 +32,12 @@ def write_study(
     """Write every subject and both meshes; return the path of a ready pipeline YAML.
 
     Files: ``lh.surf.gii``/``rh.surf.gii``; per subject ``<id>.dtseries.nii`` (``fmt="cifti"``)
-    or ``<id>.L.func.gii`` and ``<id>.R.func.gii`` (``fmt="gifti"``); ``truth.npy`` (planted
+    or ``<id>.L.func.gii`` and ``<id>.R.func.gii`` (``fmt="gifti"``) or ``<id>.zarr``
+    (``fmt="zarr"``); ``truth.npy`` (planted
     parcels, 0 = medial wall); ``pipeline.yaml`` listing the subjects and their splits.
     """
-    if fmt not in ("gifti", "cifti"):
-        raise ValueError(f"fmt must be 'gifti' or 'cifti', got {fmt!r}.")
+    if fmt not in ("gifti", "cifti", "zarr"):
+        raise ValueError(f"fmt must be 'gifti', 'cifti' or 'zarr', got {fmt!r}.")
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
     lh, rh = study.meshes["left"], study.meshes["right"]
@@ -44,6 +50,9 @@ def write_study(
         if fmt == "cifti":
             write_dtseries(root / f"{sid}.dtseries.nii", x, sizes)
             entries.append({"id": sid, "cifti": f"{sid}.dtseries.nii"})
+        elif fmt == "zarr":
+            write_zarr_subject(root / f"{sid}.zarr", x, sizes)
+            entries.append({"id": sid, "zarr": f"{sid}.zarr"})
         else:
             write_func_gifti(root / f"{sid}.L.func.gii", x[: sizes[0]], hemisphere="left")
             write_func_gifti(root / f"{sid}.R.func.gii", x[sizes[0] :], hemisphere="right")

@@ -92,3 +92,15 @@ def test_surface_roundtrip(tmp_path, tiny_meshes):
     back = load_mesh(p)
     np.testing.assert_allclose(back.vertices, m.vertices, atol=1e-4)
     np.testing.assert_array_equal(back.faces, m.faces)
+
+
+def test_zarr_subject_roundtrip(tmp_path, data):
+    from lsd_dask.io.surface_files import write_zarr_subject
+
+    sizes, x = data
+    p = write_zarr_subject(tmp_path / "s.zarr", x, sizes)
+    y, s = load_subject(SubjectFiles("z", zarr=p, time_slice=(2, 7)))
+    assert s == sizes
+    np.testing.assert_array_equal(y, x[:, 2:7])
+    with pytest.raises(ValueError, match="time_slice"):
+        load_subject(SubjectFiles("z", zarr=p, time_slice=(5, 50)))

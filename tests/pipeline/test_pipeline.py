@@ -42,7 +42,7 @@ def _config(folder, **over):
     )
 
 
-@pytest.mark.parametrize("fmt", ["gifti", "cifti"])
+@pytest.mark.parametrize("fmt", ["gifti", "cifti", "zarr"])
 def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     if fmt == "cifti":  # cluster dask features (the mission-scale path) in one of the two runs
         import lsd_dask.pipeline.run as run_mod
