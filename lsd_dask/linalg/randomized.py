@@ -145,14 +145,13 @@ def streaming_svd(
 
 
 def svd_flip(U: Any, Vt: Any) -> tuple[Any, Any]:
-    """Deterministic signs: the largest-magnitude entry of each column of U is positive."""
-    (idx,) = compute(abs(U).argmax(axis=0))
-    if is_dask(U):
-        picks = compute(*[U[int(i), j] for j, i in enumerate(np.asarray(idx))])
-        signs = np.sign(np.asarray(picks, np.float64))
-    else:
-        signs = np.sign(U[np.asarray(idx), np.arange(U.shape[1])])
-    signs[signs == 0] = 1.0
+    """Deterministic signs: the largest-magnitude entry of each column of U is positive.
+
+    One reduction (column maxima and minima) decides every sign, for numpy or dask U.
+    """
+    hi, lo = compute(U.max(axis=0), U.min(axis=0))
+    hi, lo = np.asarray(hi, np.float64), np.asarray(lo, np.float64)
+    signs = np.where(hi >= -lo, 1.0, -1.0)
     U = U * signs.astype(U.dtype)
     if Vt is not None:
         Vt = Vt * signs[:, None].astype(Vt.dtype)
