@@ -213,38 +213,10 @@ def grow_regions(
         Region ``0..n_regions-1`` of each vertex; ``-1`` for vertices outside ``mask`` or
         unreachable from every seed.
     """
-    rng = check_random_state(random_state)
-    A = sp.csr_matrix(adjacency)
-    n = A.shape[0]
-    allowed = np.ones(n, bool) if mask is None else np.asarray(mask, bool)
-    candidates = np.flatnonzero(allowed)
-    if n_regions > candidates.size:
-        raise ValueError(f"cannot grow {n_regions} regions on {candidates.size} vertices.")
-    seeds = rng.choice(candidates, size=n_regions, replace=False)
-    out = np.full(n, -1, np.int64)
-    out[seeds] = np.arange(n_regions)
-    indptr, indices = A.indptr, A.indices
-    frontier: list[list[int]] = []
-    for s in seeds:
-        nb = indices[indptr[s] : indptr[s + 1]]
-        frontier.append([int(v) for v in nb if allowed[v] and out[v] < 0])
-    active = [r for r in range(n_regions) if frontier[r]]
-    while active:
-        k = int(rng.integers(len(active)))
-        r = active[k]
-        f = frontier[r]
-        j = int(rng.integers(len(f)))
-        v = f[j]
-        f[j] = f[-1]
-        f.pop()
-        if out[v] < 0:
-            out[v] = r
-            nb = indices[indptr[v] : indptr[v + 1]]
-            f.extend(int(u) for u in nb if allowed[u] and out[u] < 0)
-        if not f:
-            active[k] = active[-1]
-            active.pop()
-    return out
+    n = adjacency.shape[0]
+    # unbounded sizes: every region grows until the graph (or its mask) is covered
+    out = grow_sized_regions(adjacency, np.full(n_regions, n), random_state=random_state, mask=mask)
+    return out - 1
 
 
 def grow_sized_regions(
