@@ -41,7 +41,7 @@ def plot_dice_vs_k(
     ks = sorted(null)
     mean = np.array([null[k][0] for k in ks])
     sd = np.array([null[k][1] for k in ks])
-    ax.plot(ks, mean, color="grey", linestyle="--", label="null (random parcels)")
+    ax.plot(ks, mean, color="grey", linestyle="--", label="null (region sizes placed at random)")
     ax.fill_between(ks, mean - sd, mean + sd, color="grey", alpha=0.2)
     ax.set_xlabel("number of clusters K")
     ax.set_ylabel("Dice between splits")

@@ -69,7 +69,9 @@ def run_demo(
     )
     with connect(cluster, log=log):
         report = run_pipeline(cfg, log=log)
-    log("\nsplit-half reproducibility (Dice after contiguity splitting; null = random parcels):")
+    log(
+        "\nsplit-half reproducibility (Dice after contiguity splitting; null = the same region sizes placed at random):"
+    )
     for r in report["scores"]:
         log(
             f"  {r['method']:<18} K={r['k']:<4} Dice {r['dice']:.3f}  "
