@@ -70,7 +70,8 @@ def run_demo(
     with connect(cluster, log=log):
         report = run_pipeline(cfg, log=log)
     log(
-        "\nsplit-half reproducibility (Dice after contiguity splitting; null = the same region sizes placed at random):"
+        "\nsplit-half reproducibility (Dice after contiguity splitting; null = split 2's "
+        "region sizes placed at random on the mesh):"
     )
     for r in report["scores"]:
         log(
