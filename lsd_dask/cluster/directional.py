@@ -39,7 +39,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask, warn
-from ..linalg.reductions import cluster_sums, rows_like
+from ..linalg.reductions import cluster_sums, own_centre_projection, rows_like
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features
 from ._init import kmeanspp_rows
@@ -360,7 +360,7 @@ def _stats(X: Any, labels: np.ndarray, sbar: np.ndarray, D: np.ndarray, k: int) 
     """One pass: weighted sums per cluster, sum of s̄², counts, residual maxima."""
     sums = cluster_sums(X, labels, k, weights=sbar)
     # residual of each sample under the current centres, for re-initialising empty clusters
-    proj = _own_centre_projection(X, labels, D)
+    proj = own_centre_projection(X, labels, D)
     sqn = (X * X).sum(axis=1)
     dn2 = np.sum(D * D, axis=1)[labels]
     resid = sqn - 2.0 * sbar * proj + sbar**2 * dn2
@@ -456,20 +456,6 @@ def _s_column_scale(
 
 def _clip0(v: Any) -> Any:
     return da.maximum(v, 0.0) if is_dask(v) else np.maximum(v, 0.0)
-
-
-def _own_centre_projection(X: Any, labels: np.ndarray, D: np.ndarray) -> Any:
-    """``x_i · d_{labels_i}`` for every row (lazy for dask X)."""
-    if not is_dask(X):
-        return np.einsum("ij,ij->i", X, D[labels])
-    lab = rows_like(labels, X)[:, None]
-    return da.map_blocks(
-        lambda xb, lb: np.einsum("ij,ij->i", xb, D[lb[:, 0]]),
-        X,
-        lab,
-        drop_axis=1,
-        dtype=np.float64,
-    )
 
 
 def _pinv_map(D: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from sklearn.cluster import KMeans as _SkKMeans
 from sklearn.exceptions import ConvergenceWarning
 
 from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask, warn
-from ..linalg.reductions import cluster_sums
+from ..linalg.reductions import cluster_sums, own_centre_projection
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features
 from ._init import kmeanspp_rows
@@ -253,21 +253,10 @@ class KEVD(SphericalKMeans):
         D = C.copy()
         for _ in range(self.n_power):
             # (sum_i x_i x_i^T) d = sum_i (x_i·d) x_i, for every cluster at once
-            w = _own_projection(X, labels, D)
+            w = own_centre_projection(X, labels, D)
             (sums,) = compute(cluster_sums(X, labels, k, weights=w))
             D = self._normalise_centres(np.asarray(sums))
         return self._normalise_centres(_reseed_empty(X, D, counts, rng))
-
-
-def _own_projection(X: Any, labels: np.ndarray, D: np.ndarray) -> Any:
-    if not is_dask(X):
-        return np.einsum("ij,ij->i", X, D[labels])
-    from ..linalg.reductions import rows_like
-
-    lab = rows_like(labels, X)[:, None]
-    return da.map_blocks(
-        lambda xb, lb: np.einsum("ij,ij->i", xb, D[lb[:, 0]]), X, lab, drop_axis=1, dtype=np.float64
-    )
 
 
 def _reseed_empty(

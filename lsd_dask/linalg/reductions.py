@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from .._validation import is_dask
 
-__all__ = ["cluster_sums", "cluster_counts", "rows_like"]
+__all__ = ["cluster_sums", "cluster_counts", "own_centre_projection", "rows_like"]
 
 
 def cluster_sums(X: Any, labels: Any, n_clusters: int, *, weights: Any = None) -> Any:
@@ -63,6 +63,24 @@ def cluster_counts(labels: Any, n_clusters: int, *, weights: Any = None) -> Any:
     if is_dask(labels):
         return da.bincount(labels, weights=weights, minlength=n_clusters)
     return np.bincount(np.asarray(labels), weights=weights, minlength=n_clusters)
+
+
+def own_centre_projection(X: Any, labels: Any, centres: np.ndarray) -> Any:
+    """``x_i · c_{labels_i}`` for every row: each sample against its own centre.
+
+    Lazy (blockwise) for dask X; numpy otherwise.
+    """
+    labels = np.asarray(labels)
+    if not is_dask(X):
+        return np.einsum("ij,ij->i", X, centres[labels])
+    lab = rows_like(labels, X)[:, None]
+    return da.map_blocks(
+        lambda xb, lb: np.einsum("ij,ij->i", xb, centres[lb[:, 0]]),
+        X,
+        lab,
+        drop_axis=1,
+        dtype=np.float64,
+    )
 
 
 def rows_like(v: Any, X: Any) -> Any:
