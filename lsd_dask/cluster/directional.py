@@ -254,10 +254,11 @@ def _fit_directional(
 ) -> _Result:
     n, d = X.shape
     need_gram = normalize == "S" or (isinstance(init, str) and init == "svd")
-    sqnorm_total, G, colsum = compute(
-        (X * X).sum(), X.T @ X if need_gram else None, X.sum(axis=0) if need_gram else None
+    row_sq, G, colsum = compute(
+        (X * X).sum(axis=1), X.T @ X if need_gram else None, X.sum(axis=0) if need_gram else None
     )
-    sqnorm_total = float(sqnorm_total)
+    row_sq = np.asarray(row_sq, np.float64)  # constant: computed once, n floats
+    sqnorm_total = float(row_sq.sum())
     # initial centres
     if isinstance(init, np.ndarray):
         D = np.asarray(init, np.float64)
@@ -273,9 +274,8 @@ def _fit_directional(
         D = kmeanspp_rows(X, k, rng)
     D = _unit(D)
     # initial assignment by correlation with the centres, then the first centre update
-    labels, sbar = _as_numpy(*compute(*directional_assign(X, D, update="correlation")))
-    sbar = np.maximum(sbar, 0.0)
-    stats = _stats(X, labels, sbar, D, k)
+    lab0, sb0 = directional_assign(X, D, update="correlation")
+    labels, sbar, stats = _assign_and_stats([(lab0, _clip0(sb0))], X, D, k, row_sq)[0]
     labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
     D, sbar = _update_centres(stats, labels, sbar, normalize)
     costs = [_cost(sqnorm_total, stats, D, sbar, labels)]
@@ -295,16 +295,12 @@ def _fit_directional(
             )
             for m in mus
         ]
-        results = compute(*[c for cand in candidates for c in cand])
-        chosen = None
-        for j in range(len(mus)):
-            new_labels, new_sbar = np.asarray(results[2 * j]), np.asarray(results[2 * j + 1])
-            if j == len(mus) - 1 or np.array_equal(new_labels, labels):
-                chosen = (new_labels.astype(np.int64), new_sbar.astype(np.float64))
-                break
-        assert chosen is not None
-        labels, sbar = chosen
-        stats = _stats(X, labels, sbar, D, k)
+        # one pass over X: every candidate's assignment and its K-sized statistics
+        outcomes = _assign_and_stats(candidates, X, D, k, row_sq)
+        chosen = next(
+            (o for j, o in enumerate(outcomes) if j == len(mus) - 1 or np.array_equal(o[0], labels))
+        )
+        labels, sbar, stats = chosen
         labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
         D, sbar = _update_centres(stats, labels, sbar, normalize)
         costs.append(_cost(sqnorm_total, stats, D, sbar, labels))
@@ -356,22 +352,39 @@ def _assign(
     return S.argmax(axis=1), _clip0(S.max(axis=1))
 
 
-def _stats(X: Any, labels: np.ndarray, sbar: np.ndarray, D: np.ndarray, k: int) -> dict[str, Any]:
-    """One pass: weighted sums per cluster, sum of s̄², counts, residual maxima."""
-    sums = cluster_sums(X, labels, k, weights=sbar)
-    # residual of each sample under the current centres, for re-initialising empty clusters
-    proj = own_centre_projection(X, labels, D)
-    sqn = (X * X).sum(axis=1)
-    dn2 = np.sum(D * D, axis=1)[labels]
-    resid = sqn - 2.0 * sbar * proj + sbar**2 * dn2
-    sums, resid = compute(sums, resid)
-    resid = np.asarray(resid, np.float64)
-    return {
-        "sums": np.asarray(sums, np.float64),
-        "ss": np.bincount(labels, weights=sbar**2, minlength=k),
-        "counts": np.bincount(labels, minlength=k),
-        "resid": resid,
-    }
+def _assign_and_stats(
+    candidates: list[tuple[Any, Any]], X: Any, D: np.ndarray, k: int, row_sq: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray, dict[str, Any]]]:
+    """Compute candidate assignments with their statistics in one ``dask.compute``.
+
+    For each (labels, coefficients) candidate (lazy for dask X): per-cluster weighted sums,
+    and each sample's residual ``||x_i - s̄_i d_{l_i}||^2`` under the current centres (for
+    re-initialising empty clusters). Dask shares X's blocks between all of them, so X is
+    read once per iteration.
+    """
+    dn2 = np.sum(D * D, axis=1)
+    sq = rows_like(row_sq, X) if is_dask(X) else row_sq
+    lazy = []
+    for lab, sb in candidates:
+        sums = cluster_sums(X, lab, k, weights=sb)
+        proj = own_centre_projection(X, lab, D)
+        dsq = lab.map_blocks(lambda b: dn2[b], dtype=np.float64) if is_dask(lab) else dn2[lab]
+        resid = sq - 2.0 * sb * proj + sb**2 * dsq
+        lazy += [lab, sb, sums, resid]
+    done = compute(*lazy)
+    out = []
+    for j in range(len(candidates)):
+        lab, sb, sums, resid = done[4 * j : 4 * j + 4]
+        lab = np.asarray(lab, np.int64)
+        sb = np.asarray(sb, np.float64)
+        stats = {
+            "sums": np.asarray(sums, np.float64),
+            "ss": np.bincount(lab, weights=sb**2, minlength=k),
+            "counts": np.bincount(lab, minlength=k),
+            "resid": np.asarray(resid, np.float64),
+        }
+        out.append((lab, sb, stats))
+    return out
 
 
 def _reinit_empty(
@@ -472,10 +485,6 @@ def _effective_step(mu: float | None, D: np.ndarray) -> float:
 def _unit(D: np.ndarray) -> np.ndarray:
     n = np.linalg.norm(D, axis=1, keepdims=True)
     return D / np.where(n > 0, n, 1.0)
-
-
-def _as_numpy(*arrays: Any) -> tuple[np.ndarray, ...]:
-    return tuple(np.asarray(a) for a in arrays)
 
 
 def _check_nonzero_rows(X: Any) -> None:

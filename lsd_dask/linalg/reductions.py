@@ -70,9 +70,8 @@ def own_centre_projection(X: Any, labels: Any, centres: np.ndarray) -> Any:
 
     Lazy (blockwise) for dask X; numpy otherwise.
     """
-    labels = np.asarray(labels)
     if not is_dask(X):
-        return np.einsum("ij,ij->i", X, centres[labels])
+        return np.einsum("ij,ij->i", X, centres[np.asarray(labels)])
     lab = rows_like(labels, X)[:, None]
     return da.map_blocks(
         lambda xb, lb: np.einsum("ij,ij->i", xb, centres[lb[:, 0]]),
