@@ -28,6 +28,7 @@ SIZES = {
     # name: (n_vertices, n_subjects, T, rank k, latent components)
     "small": (8000, 4, 1000, 100, 200),
     "medium": (64984, 4, 1000, 500, 400),
+    "medium16": (64984, 16, 1000, 500, 400),  # streaming memory against subject count
     "full": (64984, 33, 1000, 1000, 1200),
 }
 METHODS = (
