@@ -12,7 +12,7 @@ A pipeline YAML looks like::
     mesh: {left: lh.surf.gii, right: rh.surf.gii}
     methods: [directional]
     ks: [50, 100]
-    svd: {method: randomized, rank: 1000, n_power_iter: 2}
+    svd: {method: randomized, rank: 1000, n_power_iter: 2}   # fuse_passes: true (q+2 reads)
     min_region_size: 20
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
     output: results/

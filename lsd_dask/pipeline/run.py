@@ -247,6 +247,7 @@ def _stage_svd(cfg: PipelineConfig, split: str, work: Path, log: Log) -> dict[st
             st.data,
             rank,
             n_power_iter=int(cfg.svd.get("n_power_iter", 2)),
+            fuse_passes=bool(cfg.svd.get("fuse_passes", True)),
             random_state=cfg.random_state,
         )
         U = U.compute()

@@ -81,10 +81,40 @@ def test_number_of_passes_is_bounded(store):
 
     Xc = X.map_blocks(counted, dtype=X.dtype)
     for q in (0, 1, 3):
-        count["n"] = 0
-        U, s, Vt = randomized_svd(Xc, 5, n_power_iter=q, random_state=0)
-        U.compute()
-        assert count["n"] == (2 * q + 2) * X.npartitions
+        for fuse, reads in ((True, q + 2), (False, 2 * q + 2)):
+            count["n"] = 0
+            U, s, Vt = randomized_svd(Xc, 5, n_power_iter=q, random_state=0, fuse_passes=fuse)
+            U.compute()
+            assert count["n"] == reads * X.npartitions, (q, fuse)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_numpy_and_dask_inputs_agree(store, fuse):
+    """Ω does not depend on chunks: numpy, and dask chunked two ways, give one answer."""
+    p, subs, (U0, s0, _) = store
+    X = open_split(p).data
+    Xn = X.compute()
+    ref = randomized_svd(Xn, 6, random_state=1, fuse_passes=fuse)
+    assert isinstance(ref[0], np.ndarray)
+    np.testing.assert_allclose(ref[1], s0[:6], rtol=1e-3)
+    for chunks in (X.chunks, (300, 70)):
+        U, s, Vt = randomized_svd(
+            da.from_array(Xn, chunks=chunks), 6, random_state=1, fuse_passes=fuse
+        )
+        np.testing.assert_allclose(s, ref[1], rtol=1e-5)
+        np.testing.assert_allclose(U.compute(), ref[0], atol=2e-4)
+        np.testing.assert_allclose(Vt, ref[2], atol=2e-4)
+
+
+def test_fused_and_unfused_passes_agree_with_exact(store):
+    """Both pass schedules find the same leading subspace as numpy's SVD (float64 data)."""
+    p, _, (U0, s0, _) = store
+    X = open_split(p).data.astype(np.float64)
+    for fuse in (True, False):
+        U, s, _ = randomized_svd(X, 10, n_power_iter=3, random_state=0, fuse_passes=fuse)
+        assert s.dtype == np.float64
+        np.testing.assert_allclose(s, s0[:10], rtol=1e-6)
+        assert _min_cos(U.compute(), U0[:, :10]) > 1 - 1e-6
 
 
 def test_streaming_matches_exact_with_bounded_keep(store):
@@ -127,3 +157,13 @@ def test_bad_k(store):
         randomized_svd(open_split(p).data, 1000)
     with pytest.raises(ValueError, match="n_keep"):
         streaming_svd([np.ones((5, 5))], 4, n_keep=2)
+
+
+def test_wide_column_chunks_are_split_to_bounded_blocks():
+    from lsd_dask.linalg.randomized import _bounded_column_blocks
+
+    X = da.zeros((1000, 600), chunks=(250, 600), dtype=np.float32)
+    # one column of all rows is 4 kB: a 100 kB cap allows 25 columns per block
+    Xb = _bounded_column_blocks(X, target_bytes=100e3)
+    assert max(Xb.chunks[1]) == 25 and Xb.chunks[0] == X.chunks[0]
+    assert _bounded_column_blocks(X, target_bytes=10e6) is X
