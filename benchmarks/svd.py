@@ -34,6 +34,7 @@ SIZES = {
 }
 METHODS = (
     "ours-randomized",
+    "ours-randomized-dask",
     "ours-randomized-unfused",
     "ours-streaming",
     "dask-svd_compressed",
@@ -111,8 +112,12 @@ def run_one(method: str, store: Path, k: int, worker_memory: str, out: Path) -> 
         passes = None
         extra: dict = {}
         t0 = time.perf_counter()
-        if method in ("ours-randomized", "ours-randomized-unfused"):
-            fuse = method == "ours-randomized"
+        if method == "ours-randomized":  # the zarr array itself: reads inside the tasks
+            U, s, _ = randomized_svd(open_split(store).array, k, n_power_iter=2, random_state=0)
+            U = U.compute()
+            passes = 4
+        elif method in ("ours-randomized-dask", "ours-randomized-unfused"):  # dask input
+            fuse = method == "ours-randomized-dask"
             U, s, _ = randomized_svd(X, k, n_power_iter=2, random_state=0, fuse_passes=fuse)
             U = U.compute()
             passes = 4 if fuse else 6
@@ -171,14 +176,13 @@ def exact_gram_large(store: Path, k: int, *, block_rows: int = 2048) -> tuple:
     """Exact rank-k SVD through the float64 Gram matrix, for m too large for a full eigh.
 
     Runs in this process, not on the workers (the m × m Gram, 8.7 GB at m = 33,000, is
-    larger than a worker). Pass 1 accumulates ``G = XᵀX`` in float64 (its upper block-triangle
-    over row blocks, each Zarr chunk row read once; ~½ the flops of XᵀX). The top k eigenpairs of G come from subspace
-    iteration with Rayleigh–Ritz on a block of ``k + 400`` columns, in float64, until every
-    residual ``‖G v − λ v‖`` is below ``1e-10 λ₁``: a certificate that the eigenpairs are
-    exact to float64 working accuracy, at a fraction of a full 33,000² eigh (~35 min
-    here). Pass 2 forms ``U = X V / s``.
+    larger than a worker). Pass 1 accumulates ``G = XᵀX`` in float64 (its upper
+    block-triangle, over row blocks, each Zarr chunk row read once; about half the flops of
+    XᵀX). The top k eigenpairs of G come from subspace iteration with Rayleigh–Ritz on a
+    block of ``k + 400`` columns, in float64, until every residual ``‖G v − λ v‖`` is below
+    ``1e-10 λ₁``: a certificate that the eigenpairs are exact to float64 working accuracy,
+    at a fraction of a full 33,000² eigh (~35 min here). Pass 2 forms ``U = X V / s``.
     """
-    import scipy.linalg as sl
     import zarr
 
     z = zarr.open_group(store, mode="r")["data"]
@@ -200,7 +204,9 @@ def exact_gram_large(store: Path, k: int, *, block_rows: int = 2048) -> tuple:
     rng = np.random.default_rng(0)
     width = min(m, k + 400)
     V = np.linalg.qr(rng.standard_normal((m, width)))[0]
-    for it in range(1, 30):
+    it = 0
+    while it < 30:
+        it += 1
         W = G @ V
         H = V.T @ W
         theta, S = np.linalg.eigh((H + H.T) / 2)
@@ -219,6 +225,28 @@ def exact_gram_large(store: Path, k: int, *, block_rows: int = 2048) -> tuple:
         U[r0 : r0 + step] = np.asarray(z[r0 : r0 + step], np.float64) @ Vk
     U /= s
     return U, s, {"iterations": it, "max_residual": float(res.max())}
+
+
+def check_reference(store: Path, U: np.ndarray, s: np.ndarray) -> float:
+    """Largest ``‖X Xᵀ u − σ² u‖ / σ₁²`` over the reference's pairs, in float64 from X.
+
+    Independent of how the reference was found (it touches X, not the Gram matrix): two
+    float64 passes over the store, one chunk row at a time.
+    """
+    import zarr
+
+    z = zarr.open_group(store, mode="r")["data"]
+    n, m = z.shape
+    step = z.chunks[0]
+    U = U.astype(np.float64)
+    W = np.zeros((m, U.shape[1]))
+    for r0 in range(0, n, step):
+        W += np.asarray(z[r0 : r0 + step], np.float64).T @ U[r0 : r0 + step]
+    worst = 0.0
+    for r0 in range(0, n, step):
+        R = np.asarray(z[r0 : r0 + step], np.float64) @ W - U[r0 : r0 + step] * s**2
+        worst = max(worst, float(np.abs(R).max()))
+    return worst / float(s[0]) ** 2
 
 
 def flops(method: str, n: int, subjects: int, t: int, k: int) -> float:
@@ -245,12 +273,25 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/lsd_svd_bench")
     ap.add_argument("--worker-memory", default="3GB")
     ap.add_argument(
+        "--check-reference",
+        action="store_true",
+        help="only check the saved exact reference of each size against X (float64)",
+    )
+    ap.add_argument(
         "--one", nargs=4, metavar=("METHOD", "STORE", "K", "OUT"), help=argparse.SUPPRESS
     )
     args = ap.parse_args()
     if args.one:
         m, store, k, out = args.one
         print(json.dumps(run_one(m, Path(store), int(k), args.worker_memory, Path(out))))
+        return
+    if args.check_reference:
+        for size in args.sizes:
+            root = Path(args.out) / size
+            U, s = np.load(root / "U_exact-gram.npy"), np.load(root / "s_exact-gram.npy")
+            res = check_reference(root / "split.zarr", U, s)
+            orth = np.abs(U.T.astype(np.float64) @ U - np.eye(U.shape[1])).max()
+            print(f"{size}: max |X Xᵀu - σ²u| / σ₁² = {res:.1e}; max |UᵀU - I| = {orth:.1e}")
         return
     gf = gemm_gflops()
     print(
@@ -289,6 +330,13 @@ def main() -> None:
                 print(f"<!-- {method} failed: {proc.stderr[-500:]} -->", flush=True)
                 continue
             results[method] = json.loads(proc.stdout.strip().splitlines()[-1])
+            more = {
+                key: v
+                for key, v in results[method].items()
+                if key not in ("method", "wall_s", "peak_gb", "passes")
+            }
+            if more:
+                print(f"<!-- {size} {method}: {more} -->", flush=True)
         # the exact SVD when it was run (now or by an earlier invocation), else ours
         ref = "exact-gram" if (root / "U_exact-gram.npy").exists() else "ours-randomized"
         U_ref = np.load(root / f"U_{ref}.npy")

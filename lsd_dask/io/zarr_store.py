@@ -46,6 +46,12 @@ class SplitStore:
     mesh: str | None
     path: Path
 
+    @property
+    def array(self) -> Any:
+        """The read-only ``zarr.Array`` behind ``data``: the fastest input of
+        :func:`lsd_dask.linalg.randomized_svd`, whose tasks then read it themselves."""
+        return zarr.open_group(str(self.path), mode="r")["data"]
+
 
 def vertex_chunk_for(n_vertices: int, n_timepoints: int, target_mb: float = 128.0) -> int:
     """Rows per chunk so that one (rows × T) float32 chunk is about ``target_mb``."""

@@ -167,3 +167,48 @@ def test_wide_column_chunks_are_split_to_bounded_blocks():
     Xb = _bounded_column_blocks(X, target_bytes=100e3)
     assert max(Xb.chunks[1]) == 25 and Xb.chunks[0] == X.chunks[0]
     assert _bounded_column_blocks(X, target_bytes=10e6) is X
+
+
+def test_zarr_input_reads_in_tasks_and_matches_dask_input(store):
+    """A zarr.Array gives the dask path's answer (same Ω, same passes), as a dask U."""
+    p, _, (U0, s0, _) = store
+    st = open_split(p)
+    U, s, Vt = randomized_svd(st.array, 6, random_state=2)
+    assert isinstance(U, da.Array) and U.dtype == np.float32
+    Ud, sd, Vtd = randomized_svd(st.data, 6, random_state=2)
+    np.testing.assert_allclose(s, sd, rtol=1e-5)
+    np.testing.assert_allclose(U.compute(), Ud.compute(), atol=2e-4)
+    np.testing.assert_allclose(Vt, Vtd, atol=2e-4)
+    np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
+    # without fused passes the zarr array is read through dask: same subspace
+    U2, s2, _ = randomized_svd(st.array, 6, random_state=2, fuse_passes=False)
+    np.testing.assert_allclose(s2, s, rtol=1e-4)
+
+
+def test_zarr_input_under_distributed_workers(store):
+    """Worker processes open the store themselves; one group task per worker thread."""
+    from distributed import Client, LocalCluster
+
+    p, _, (U0, s0, _) = store
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster),
+    ):  # fmt: skip
+        U, s, _ = randomized_svd(open_split(p).array, 6, random_state=0)
+        U = U.compute()
+    np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
+    assert _min_cos(U, U0[:, :6]) > 0.999
+
+
+def test_rank_deficient_input_is_handled():
+    """Exactly rank 3 with l > 3: the Householder QR keeps a valid basis; s[3:] ~ 0."""
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((400, 3)) @ rng.standard_normal((3, 120))).astype(np.float64)
+    s0 = np.linalg.svd(X, compute_uv=False)
+    U, s, Vt = randomized_svd(da.from_array(X, chunks=(100, 40)), 5, random_state=0)
+    np.testing.assert_allclose(s[:3], s0[:3], rtol=1e-8)
+    assert np.all(s[3:] < 1e-8 * s[0])
+    np.testing.assert_allclose((U[:, :3].compute() * s[:3]) @ Vt[:3], X, atol=1e-8)
