@@ -244,7 +244,7 @@ def _stage_svd(cfg: PipelineConfig, split: str, work: Path, log: Log) -> dict[st
         U, s, _ = streaming_svd(blocks, rank, n_keep=cfg.svd.get("n_keep"))
     else:
         U, s, _ = randomized_svd(
-            st.data,
+            st.array,  # the zarr array: tasks read their own column blocks
             rank,
             n_power_iter=int(cfg.svd.get("n_power_iter", 2)),
             fuse_passes=bool(cfg.svd.get("fuse_passes", True)),
