@@ -227,6 +227,38 @@ def exact_gram_large(store: Path, k: int, *, block_rows: int = 2048) -> tuple:
     return U, s, {"iterations": it, "max_residual": float(res.max())}
 
 
+def keep_sweep(sizes: list, factors: list, out: Path) -> None:
+    """Streaming SVD accuracy against the exact SVD as a function of the kept dimension.
+
+    In this process (the streaming SVD computes one subject at a time on the client),
+    reading the stores that ``--methods exact-gram`` wrote with their references.
+    """
+    from lsd_dask.io import open_split
+    from lsd_dask.linalg import streaming_svd
+
+    print("| size | n_keep | wall s | max rel. err s (top 10 / all k) | capture mean / min |")
+    print("|---|---|---|---|---|")
+    for size in sizes:
+        n, subj, t, k, _ = SIZES[size]
+        root = out / size
+        U_ref, s_ref = np.load(root / "U_exact-gram.npy"), np.load(root / "s_exact-gram.npy")
+        st = open_split(root / "split.zarr")
+        cols = np.cumsum([0, *st.timepoints])
+        for f in factors:
+            keep = int(round(f * k))
+            t0 = time.perf_counter()
+            blocks = (st.data[:, a:b] for a, b in zip(cols[:-1], cols[1:], strict=True))
+            U, s, _ = streaming_svd(blocks, k, n_keep=keep)
+            wall = time.perf_counter() - t0
+            rel = np.abs(s / s_ref - 1)
+            cm, cmin = capture(U, U_ref)
+            print(
+                f"| {size} {n}×{subj * t} k={k} | {keep} ({f:g} k) | {wall:.1f} | "
+                f"{rel[:10].max():.1e} / {rel.max():.1e} | {cm:.4f} / {cmin:.4f} |",
+                flush=True,
+            )
+
+
 def check_reference(store: Path, U: np.ndarray, s: np.ndarray) -> float:
     """Largest ``‖X Xᵀ u − σ² u‖ / σ₁²`` over the reference's pairs, in float64 from X.
 
@@ -273,6 +305,13 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/lsd_svd_bench")
     ap.add_argument("--worker-memory", default="3GB")
     ap.add_argument(
+        "--keep-sweep",
+        nargs="+",
+        type=float,
+        metavar="FACTOR",
+        help="only run the streaming SVD with n_keep = FACTOR × k against the exact reference",
+    )
+    ap.add_argument(
         "--check-reference",
         action="store_true",
         help="only check the saved exact reference of each size against X (float64)",
@@ -284,6 +323,9 @@ def main() -> None:
     if args.one:
         m, store, k, out = args.one
         print(json.dumps(run_one(m, Path(store), int(k), args.worker_memory, Path(out))))
+        return
+    if args.keep_sweep:
+        keep_sweep(args.sizes, args.keep_sweep, Path(args.out))
         return
     if args.check_reference:
         for size in args.sizes:

@@ -212,3 +212,16 @@ def test_rank_deficient_input_is_handled():
     np.testing.assert_allclose(s[:3], s0[:3], rtol=1e-8)
     assert np.all(s[3:] < 1e-8 * s[0])
     np.testing.assert_allclose((U[:, :3].compute() * s[:3]) @ Vt[:3], X, atol=1e-8)
+
+
+def test_streaming_is_exact_when_it_keeps_every_column(store):
+    """With n_keep at least the total column count nothing is truncated: numpy's SVD."""
+    _, subs, (U0, s0, _) = store
+    blocks = [x.astype(np.float64) for _, x in subs]
+    total = sum(b.shape[1] for b in blocks)
+    U, s, _ = streaming_svd(iter(blocks), 12, n_keep=total)
+    np.testing.assert_allclose(s, s0[:12], rtol=1e-10)
+    np.testing.assert_allclose(np.abs(U.T @ U0[:, :12]), np.eye(12), atol=1e-8)
+    # keeping fewer columns can only lose accuracy in the tail here
+    U_small, s_small, _ = streaming_svd(iter(blocks), 12, n_keep=12)
+    assert np.abs(s_small / s0[:12] - 1).max() >= np.abs(s / s0[:12] - 1).max()
