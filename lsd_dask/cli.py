@@ -117,12 +117,47 @@ def demo(out: Path) -> None:
 @click.option("--subjects", default=33, help="Subjects per split.")
 @click.option("--timepoints", default=1000, help="Time points per subject.")
 @click.option("--seed", default=0, help="random_state.")
+@click.option(
+    "--template",
+    type=click.Choice(["conte69"]),
+    default=None,
+    help="A realistic study on a real template instead of icospheres: the conte69 32k_fs_LR "
+    "mesh, a Vos de Wael atlas (--parcels 100-400) as the truth, HCP group connectivity, "
+    "HCP-layout CIFTI (needs lsd-dask[templates]).",
+)
+@click.option("--atlas", type=click.Choice(["vosdewael", "schaefer"]), default="vosdewael",
+              help="Truth atlas with --template.")
+@click.option("--snr", default=0.5, help="Signal-to-noise variance ratio with --template.")
 def synth(
-    folder: Path, fmt: str, frequency: int, parcels: int, subjects: int, timepoints: int, seed: int
+    folder: Path,
+    fmt: str,
+    frequency: int,
+    parcels: int,
+    subjects: int,
+    timepoints: int,
+    seed: int,
+    template: str | None,
+    atlas: str,
+    snr: float,
 ) -> None:
     """Write a synthetic study (files, meshes, pipeline.yaml) to FOLDER."""
-    from .pipeline import synthesize
+    from .pipeline import synthesize, synthesize_realistic
 
+    if template is not None:
+        path = synthesize_realistic(
+            folder,
+            fmt=fmt,
+            template=template,
+            atlas=atlas,
+            scale=parcels,
+            n_subjects=(subjects, subjects),
+            n_timepoints=timepoints,
+            snr=snr,
+            random_state=seed,
+            log=click.echo,
+        )
+        click.echo(f"pipeline file: {path}")
+        return
     path = synthesize(
         folder,
         frequency=frequency,

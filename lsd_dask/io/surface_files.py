@@ -238,16 +238,61 @@ def write_surface_gifti(path: str | os.PathLike[str], mesh: Mesh, *, hemisphere:
 
 
 def write_dtseries(
-    path: str | os.PathLike[str], data: np.ndarray, hemi_sizes: list[int], *, tr: float = 1.0
+    path: str | os.PathLike[str],
+    data: np.ndarray,
+    hemi_sizes: list[int],
+    *,
+    tr: float = 1.0,
+    cortex: np.ndarray | None = None,
+    subcortical: np.ndarray | None = None,
 ) -> Path:
-    """A CIFTI-2 dense time series over both cortical surfaces (every vertex included)."""
+    """A CIFTI-2 dense time series over both cortical surfaces.
+
+    Parameters
+    ----------
+    data : ndarray of shape (n_vertices, T)
+        Every mesh vertex, left hemisphere first.
+    cortex : ndarray of bool, shape (n_vertices,), optional
+        Vertices to include as grayordinates; the others (the medial wall) are left out of
+        the brain models, as in HCP's 32k files. Default: every vertex.
+    subcortical : ndarray of shape (n_voxels, T), optional
+        Time series of a subcortical volume block (two structures on a small voxel grid), as
+        in HCP's grayordinates; surface pipelines must ignore it.
+    """
+    keep = np.ones(sum(hemi_sizes), bool) if cortex is None else np.asarray(cortex, bool)
     bm = None
+    start = 0
     for hemi, n in zip(HEMISPHERES, hemi_sizes, strict=False):
-        part = cifti2.BrainModelAxis.from_surface(np.arange(n), n, name=_CIFTI_NAMES[hemi])
+        idx = np.flatnonzero(keep[start : start + n])
+        part = cifti2.BrainModelAxis.from_surface(idx, n, name=_CIFTI_NAMES[hemi])
         bm = part if bm is None else bm + part
+        start += n
+    cols = [np.asarray(data, np.float32)[keep]]
+    if subcortical is not None:
+        bm = bm + _subcortical_axis(subcortical.shape[0])
+        cols.append(np.asarray(subcortical, np.float32))
     series = cifti2.SeriesAxis(start=0.0, step=tr, size=data.shape[1])
-    img = cifti2.Cifti2Image(np.ascontiguousarray(data.T, np.float32), header=(series, bm))
+    img = cifti2.Cifti2Image(np.ascontiguousarray(np.concatenate(cols).T), header=(series, bm))
     return _atomic_save(img, Path(path))
+
+
+def _subcortical_axis(n_voxels: int) -> Any:
+    """Voxels split between the left and right thalamus on a 2 mm grid."""
+    side = int(np.ceil((n_voxels / 2) ** (1 / 3))) + 1
+    affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    axis = None
+    left = n_voxels // 2
+    for name, count, offset in (
+        ("CIFTI_STRUCTURE_THALAMUS_LEFT", left, 0),
+        ("CIFTI_STRUCTURE_THALAMUS_RIGHT", n_voxels - left, side),
+    ):
+        grid = np.stack(np.unravel_index(np.arange(count), (side, side, side)), axis=1)
+        grid[:, 0] += offset
+        part = cifti2.BrainModelAxis(
+            name, voxel=grid, affine=affine, volume_shape=(2 * side, side, side)
+        )
+        axis = part if axis is None else axis + part
+    return axis
 
 
 # --------------------------------------------------------------------------- helpers

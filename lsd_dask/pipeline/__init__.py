@@ -3,7 +3,7 @@
 from .config import PipelineConfig, load_config
 from .demo import run_demo
 from .run import preflight, run_pipeline
-from .synth import synthesize, write_study
+from .synth import synthesize, synthesize_realistic, write_study
 
 __all__ = [
     "PipelineConfig",
@@ -12,5 +12,6 @@ __all__ = [
     "preflight",
     "run_demo",
     "synthesize",
+    "synthesize_realistic",
     "write_study",
 ]

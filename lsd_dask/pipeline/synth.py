@@ -17,16 +17,17 @@ from ..io.surface_files import (
     write_zarr_subject,
 )
 from ..surface import two_hemisphere_mesh
-from ..testing.generators import SurfaceStudy, surface_study
+from ..testing.generators import surface_study
 
-__all__ = ["write_study", "synthesize"]
+__all__ = ["write_study", "synthesize", "synthesize_realistic"]
 
 
 def write_study(
-    study: SurfaceStudy,
+    study: Any,
     folder: str | os.PathLike[str],
     *,
     fmt: str = "gifti",
+    rank: int = 1000,
     log: Callable[[str], None] | None = None,
 ) -> Path:
     """Write every subject and both meshes; return the path of a ready pipeline YAML.
@@ -35,6 +36,11 @@ def write_study(
     or ``<id>.L.func.gii`` and ``<id>.R.func.gii`` (``fmt="gifti"``) or ``<id>.zarr``
     (``fmt="zarr"``); ``truth.npy`` (planted
     parcels, 0 = medial wall); ``pipeline.yaml`` listing the subjects and their splits.
+
+    ``study`` is a :class:`~lsd_dask.testing.SurfaceStudy` or a
+    :class:`~lsd_dask.datasets.RealisticStudy`. When it has a ``cortex`` mask, CIFTI files
+    leave the other vertices out of their brain models and carry a subcortical block, as
+    HCP's files do.
     """
     if fmt not in ("gifti", "cifti", "zarr"):
         raise ValueError(f"fmt must be 'gifti', 'cifti' or 'zarr', got {fmt!r}.")
@@ -45,10 +51,18 @@ def write_study(
     write_surface_gifti(root / "rh.surf.gii", rh, hemisphere="right")
     sizes = [lh.n_vertices, rh.n_vertices]
     entries = []
+    cortex = getattr(study, "cortex", None)
+    tr = float(getattr(study, "tr", 1.0))
     for i, sid in enumerate(study.subjects, 1):
         x = study.subject_data(sid)
         if fmt == "cifti":
-            write_dtseries(root / f"{sid}.dtseries.nii", x, sizes)
+            sub = None
+            if cortex is not None:  # an HCP-like subcortical block the pipeline must ignore
+                rng = np.random.default_rng([i, 7])
+                sub = 1000.0 + rng.standard_normal((500, x.shape[1]))
+            write_dtseries(
+                root / f"{sid}.dtseries.nii", x, sizes, tr=tr, cortex=cortex, subcortical=sub
+            )
             entries.append({"id": sid, "cifti": f"{sid}.dtseries.nii"})
         elif fmt == "zarr":
             write_zarr_subject(root / f"{sid}.zarr", x, sizes)
@@ -66,7 +80,11 @@ def write_study(
         "mesh": {"left": "lh.surf.gii", "right": "rh.surf.gii"},
         "methods": ["directional"],
         "ks": [max(2, study.n_parcels // 2), study.n_parcels],
-        "svd": {"method": "randomized", "rank": 1000, "n_power_iter": 2},
+        "svd": {
+            "method": "randomized",
+            "rank": int(rank),
+            "n_power_iter": 2,
+        },
         "output": "results",
     }
     path = root / "pipeline.yaml"
@@ -97,3 +115,19 @@ def synthesize(
         **study_kwargs,
     )
     return write_study(study, folder, fmt=fmt, log=log)
+
+
+def synthesize_realistic(
+    folder: str | os.PathLike[str],
+    *,
+    fmt: str = "cifti",
+    rank: int = 100,
+    log: Callable[[str], None] | None = None,
+    **study_kwargs: Any,
+) -> Path:
+    """Write a :func:`lsd_dask.datasets.realistic_study` (real conte69 mesh, atlas truth,
+    HCP-like connectivity; needs ``lsd-dask[templates]``) and its pipeline YAML."""
+    from ..datasets import realistic_study
+
+    # rank 100 of 3 x 300 time points per split: the realistic benchmark's setting
+    return write_study(realistic_study(**study_kwargs), folder, fmt=fmt, rank=rank, log=log)

@@ -1,0 +1,141 @@
+"""Real cortical templates from the ``brainspace`` package's data files.
+
+The files are read straight from the installed package (GIFTI surfaces with nibabel, CSV
+masks, atlases and matrices with numpy): ``brainspace`` itself, and the VTK it imports, is
+never imported. Vertex order is the left hemisphere, then the right.
+
+- ``conte69`` (32k_fs_LR): 32,492 vertices per hemisphere, midthickness surface, a
+  medial-wall mask (58,558 cortical vertices), the Vos de Wael and Schaefer atlases at
+  100-400 parcels and their HCP group connectivity (main and holdout groups);
+- ``fsaverage5``: 10,242 vertices per hemisphere, pial surface, no mask or atlas.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..io.surface_files import HEMISPHERES, load_mesh
+from ..surface import Mesh
+
+__all__ = [
+    "TEMPLATES",
+    "ATLASES",
+    "Template",
+    "load_template",
+    "load_atlas",
+    "load_group_connectivity",
+    "brainspace_data",
+]
+
+TEMPLATES = ("conte69", "fsaverage5")
+#: atlases shipped for conte69, each at these scales (parcels over both hemispheres)
+ATLASES = {"vosdewael": (100, 200, 300, 400), "schaefer": (100, 200, 300, 400)}
+GROUPS = ("main", "holdout")
+
+_INSTALL = "pip install 'lsd-dask[templates]' (or: pip install brainspace)"
+_SURFACES = {
+    "conte69": ("surfaces/conte69_32k_lh.gii", "surfaces/conte69_32k_rh.gii"),
+    "fsaverage5": ("surfaces/fsa5.pial.lh.gii", "surfaces/fsa5.pial.rh.gii"),
+}
+
+
+@dataclass(frozen=True)
+class Template:
+    """A two-hemisphere cortical surface.
+
+    Attributes
+    ----------
+    name : str
+    meshes : dict of str to Mesh
+        ``"left"`` and ``"right"``.
+    cortex : ndarray of bool, shape (n_vertices,)
+        True on cortex, False on the medial wall (all True when no mask is shipped).
+    surface_files : dict of str to Path
+        The GIFTI files the meshes were read from.
+    """
+
+    name: str
+    meshes: dict[str, Mesh]
+    cortex: np.ndarray
+    surface_files: dict[str, Path]
+
+    @property
+    def hemisphere_sizes(self) -> list[int]:
+        return [self.meshes[h].n_vertices for h in HEMISPHERES]
+
+    @property
+    def n_vertices(self) -> int:
+        return int(sum(self.hemisphere_sizes))
+
+
+def brainspace_data(relative: str) -> Path:
+    """Path of a file in brainspace's ``datasets`` folder; a clear error when missing."""
+    spec = importlib.util.find_spec("brainspace")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"the cortical templates need the brainspace package: {_INSTALL}.")
+    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / relative
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing from the installed brainspace package; reinstall it: {_INSTALL}."
+        )
+    return path
+
+
+def load_template(name: str = "conte69") -> Template:
+    """Meshes and medial-wall mask of ``"conte69"`` (32k_fs_LR) or ``"fsaverage5"``."""
+    if name not in TEMPLATES:
+        raise ValueError(f"unknown template {name!r}; choose from {list(TEMPLATES)}.")
+    files = {h: brainspace_data(f) for h, f in zip(HEMISPHERES, _SURFACES[name], strict=True)}
+    meshes = {h: load_mesh(files[h]) for h in HEMISPHERES}
+    if name == "conte69":
+        cortex = np.concatenate(
+            [
+                np.loadtxt(brainspace_data(f"surfaces/conte69_32k_{h}_mask.csv")) > 0
+                for h in ("lh", "rh")
+            ]
+        )
+    else:
+        cortex = np.ones(sum(m.n_vertices for m in meshes.values()), bool)
+    return Template(name, meshes, cortex, files)
+
+
+def load_atlas(name: str = "vosdewael", scale: int = 400) -> np.ndarray:
+    """An atlas on conte69: parcels ``1..scale`` per vertex, ``0`` on the medial wall.
+
+    Vertices that the atlas labels but the medial-wall mask excludes (808 of them in every
+    shipped atlas) are set to 0, so the labels agree with :func:`load_template`'s mask.
+    """
+    _check_atlas(name, scale)
+    labels = np.loadtxt(brainspace_data(f"parcellations/{name}_{scale}_conte69.csv"))
+    labels = labels.astype(np.int64)
+    cortex = load_template("conte69").cortex
+    labels[~cortex] = 0
+    return labels
+
+
+def load_group_connectivity(
+    name: str = "vosdewael", scale: int = 400, group: str = "main"
+) -> np.ndarray:
+    """HCP group-mean functional connectivity (Pearson r) between the atlas' parcels.
+
+    ``group``: ``"main"`` or ``"holdout"``, two independent groups of HCP subjects.
+    """
+    _check_atlas(name, scale)
+    if group not in GROUPS:
+        raise ValueError(f"group must be one of {list(GROUPS)}, got {group!r}.")
+    path = brainspace_data(f"matrices/{group}_group/{name}_{scale}_mean_connectivity_matrix.csv")
+    C = np.loadtxt(path, delimiter=",")
+    if C.shape != (scale, scale):
+        raise ValueError(f"{path}: expected a {scale} x {scale} matrix, got {C.shape}.")
+    return C
+
+
+def _check_atlas(name: str, scale: int) -> None:
+    if name not in ATLASES:
+        raise ValueError(f"unknown atlas {name!r}; choose from {list(ATLASES)}.")
+    if int(scale) not in ATLASES[name]:
+        raise ValueError(f"atlas {name!r} comes at scales {list(ATLASES[name])}, not {scale}.")
