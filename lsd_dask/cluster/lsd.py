@@ -41,7 +41,7 @@ from ..linalg.simplex import project_rows_simplex
 from ..similarity import SIMILARITIES, SimilarityFactor, gram_factor, median_bandwidth, rbf_kernel
 from ._base import ClusterBase, _n_features
 
-__all__ = ["LSD", "lsd_scale"]
+__all__ = ["LSD", "lsd_scale", "max_clusters"]
 
 _EXACT_RBF_MAX = 3000
 _TINY = 1e-8
@@ -263,6 +263,7 @@ def _lsd(
         return _LSDResult(
             P, 1.0, _objective(op, P, 1.0, op.frobenius2()), 0, np.zeros(1), np.eye(1)
         )
+    _check_rank(op, k)
     # independent streams, so the solver's start does not depend on the eigen solver used
     eig_rng, init_rng = (np.random.default_rng(s) for s in rng.integers(2**63, size=2))
     w, V = op.eigenpairs(k, eig_rng)
@@ -425,6 +426,36 @@ def _multiplicative_solver(
             break
         prev = obj
     return P, n_iter
+
+
+def max_clusters(similarity: str, n_features: int, n_landmarks: int = 1000) -> int:
+    """The most clusters LSD can form: the rank bound of the similarity.
+
+    LSD needs ``k`` positive eigenvalues of ``K``. Cosine on d features is ``F F^T`` with F
+    n × d, so its rank is at most d; ``(1 + cos) / 2`` adds the constant column (d + 1);
+    Nyström RBF has rank at most ``n_landmarks``. Precomputed or exact RBF: no bound here.
+    """
+    if similarity == "cosine":
+        return int(n_features)
+    if similarity == "shifted_cosine":
+        return int(n_features) + 1
+    if similarity == "rbf":
+        return int(n_landmarks)
+    return np.iinfo(np.int64).max
+
+
+def _check_rank(op: _SimilarityOperator, k: int) -> None:
+    """Fail before the eigen step when K = F F^T cannot have k positive eigenvalues."""
+    if op.factor is None:
+        return
+    r = int(op.factor.F.shape[1])
+    if k > r:
+        raise ValueError(
+            f"LSD with n_clusters={k}: the {op.factor.kind} similarity K = F F^T has rank at "
+            f"most {r}, so it cannot have {k} positive eigenvalues. Use n_clusters <= {r}, "
+            "features of higher rank (e.g. the pipeline's svd.rank), or similarity='rbf' "
+            "with n_landmarks >= n_clusters."
+        )
 
 
 def _clip_eigenvalues(w: np.ndarray, k: int) -> np.ndarray:

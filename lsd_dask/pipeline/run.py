@@ -150,7 +150,26 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
     too_big = [k for k in cfg.ks if k > n]
     if too_big:
         raise ValueError(f"K={too_big[0]} is larger than the number of vertices ({n}).")
+    _check_lsd_rank(cfg)
     return meshes, sizes
+
+
+def _check_lsd_rank(cfg: PipelineConfig) -> None:
+    """LSD on cosine similarity of rank-r features forms at most r clusters: say so before
+    the SVD, not after it (the rank can only be lower than svd.rank, never higher)."""
+    from ..cluster.lsd import max_clusters
+
+    if "lsd" not in cfg.methods:
+        return
+    rank = int(cfg.svd.get("rank", 1000))
+    limit = max_clusters("cosine", rank)
+    over = [k for k in cfg.ks if k > limit]
+    if over:
+        raise ValueError(
+            f"method lsd with K={over[0]}: LSD's cosine similarity of the rank-{rank} SVD "
+            f"features forms at most {limit} clusters. Raise svd.rank (--rank) to at least "
+            f"{max(over)}, or drop K values above {limit} (--k)."
+        )
 
 
 # --------------------------------------------------------------------------- stages

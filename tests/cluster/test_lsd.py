@@ -183,3 +183,15 @@ def test_hierarchical_reference_loop():
         ref[lf] = i
     h = HierarchicalLSD(5, similarity="precomputed").fit(K)
     assert metrics.ari(ref, h.labels_) == pytest.approx(1.0)
+
+
+def test_k_above_the_similarity_rank_fails_before_the_eigen_step():
+    from lsd_dask.cluster.lsd import max_clusters
+
+    X = np.random.default_rng(0).standard_normal((200, 6))
+    with pytest.raises(ValueError, match="rank at most 6"):
+        LSD(7, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="rank at most 7"):
+        LSD(8, similarity="shifted_cosine", random_state=0).fit(X)
+    assert LSD(7, similarity="shifted_cosine", random_state=0).fit(X).labels_.shape == (200,)
+    assert max_clusters("cosine", 6) == 6 and max_clusters("rbf", 6, n_landmarks=50) == 50

@@ -182,3 +182,15 @@ def test_cli_run_and_synth(tmp_path):
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     assert report["config"]["ks"] == [4] and report["config"]["svd"]["rank"] == 30
     assert "Dask dashboard" in res.output
+
+
+def test_lsd_above_the_svd_rank_fails_before_any_stage(tmp_path, study):
+    import time
+
+    write_study(study, tmp_path, fmt="gifti")
+    cfg = _config(tmp_path, ks=[5, 30], methods=["lsd"])  # rank 20
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"svd\.rank \(--rank\) to at least 30"):
+        run_pipeline(cfg, log=lambda s: None)
+    assert time.perf_counter() - t0 < 60
+    assert not (cfg.output / "work").exists()  # nothing ran
