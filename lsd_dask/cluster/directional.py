@@ -70,7 +70,20 @@ class DirectionalClustering(ClusterBase):
     max_iter : int, default=100
     tol : float, default=1e-4
         Stop when the relative change of the cost is below ``tol`` (the paper's rule).
+    n_init : int, default=1
+        Runs from different seedings; the one with the lowest final cost is kept (an
+        array ``init`` runs once).
     random_state : int, Generator or None
+
+    Notes
+    -----
+    Every iteration also evaluates a safe step in the same pass over X: each sample on the
+    centre it projects onto best, the exact minimiser of the cost for the current centres.
+    The configured step (pinv, or the paper's μ rule) is taken only when it does not raise
+    the cost; otherwise the safe step is taken, and when neither lowers
+    the cost the fit stops. So ``cost_history_`` never increases, whatever the centres'
+    correlation: the paper's pinv step alone can diverge when centres are strongly
+    correlated, as cortical networks make them.
 
     Attributes
     ----------
@@ -92,6 +105,7 @@ class DirectionalClustering(ClusterBase):
         "mu": [None, ("real", 0, 1)],
         "max_iter": [("int", 0, None)],
         "tol": [("real", 0, None)],
+        "n_init": [("int", 1, None)],
         "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
@@ -105,6 +119,7 @@ class DirectionalClustering(ClusterBase):
         mu: float | None = None,
         max_iter: int = 100,
         tol: float = 1e-4,
+        n_init: int = 1,
         random_state: Any = None,
     ) -> None:
         self.n_clusters = n_clusters
@@ -114,6 +129,7 @@ class DirectionalClustering(ClusterBase):
         self.mu = mu
         self.max_iter = max_iter
         self.tol = tol
+        self.n_init = n_init
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> DirectionalClustering:
@@ -141,17 +157,22 @@ class DirectionalClustering(ClusterBase):
         if is_dask(Xn):
             Xn = Xn.rechunk({1: -1}).persist()
         rng = check_random_state(self.random_state)
-        res = _fit_directional(
-            Xn,
-            k,
-            update=self.update,
-            normalize=self.normalize,
-            init=self.init,
-            mu=self.mu,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            rng=rng,
-        )
+        runs = 1 if isinstance(self.init, np.ndarray) else self.n_init
+        res = None
+        for _ in range(runs):
+            cand = _fit_directional(
+                Xn,
+                k,
+                update=self.update,
+                normalize=self.normalize,
+                init=self.init,
+                mu=self.mu,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                rng=rng,
+            )
+            if res is None or cand.costs[-1] < res.costs[-1]:
+                res = cand
         if res.n_iter == self.max_iter and self.max_iter > 0 and not res.converged:
             warn(
                 f"DirectionalClustering did not converge in {self.max_iter} iterations; "
@@ -282,24 +303,27 @@ def _fit_directional(
     converged = False
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007 - reported
-        mus = [None] if update == "pinv" else ([mu] if mu is not None else [0.95, 0.25])
+        steps = [("pinv", None)] if update == "pinv" else [("gradient", m) for m in _mus(mu)]
         candidates = [
             _assign(
                 X,
                 labels,
                 sbar,
                 D,
-                update=update,
+                update=u,
                 mu=m,
-                colscale=_s_column_scale(stats, D, G, update, m) if normalize == "S" else None,
+                colscale=_s_column_scale(stats, D, G, u, m) if normalize == "S" else None,
             )
-            for m in mus
+            for u, m in steps
         ]
+        # the safe step: the exact minimiser of the cost over S̄ for the current centres
+        candidates.append(_best_projection(X, D))
         # one pass over X: every candidate's assignment and its K-sized statistics
         outcomes = _assign_and_stats(candidates, X, D, k, row_sq)
-        chosen = next(
-            (o for j, o in enumerate(outcomes) if j == len(mus) - 1 or np.array_equal(o[0], labels))
-        )
+        chosen = _monotone_choice(outcomes, labels, D, sqnorm_total, costs[-1], update, mu)
+        if chosen is None:  # no step lowers the cost: the current iterate is a fixed point
+            converged = True
+            break
         labels, sbar, stats = chosen
         labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
         D, sbar = _update_centres(stats, labels, sbar, normalize)
@@ -310,6 +334,59 @@ def _fit_directional(
             converged = True
             break
     return _Result(labels, sbar, D, costs, n_iter, converged)
+
+
+def _mus(mu: float | None) -> list[float]:
+    """The paper's rule: 0.95 while assignments hold, 0.25 when they would change."""
+    return [mu] if mu is not None else [0.95, 0.25]
+
+
+def _monotone_choice(
+    outcomes: list[tuple[np.ndarray, np.ndarray, dict[str, Any]]],
+    labels: np.ndarray,
+    D: np.ndarray,
+    sqnorm_total: float,
+    current: float,
+    update: str,
+    mu: float | None,
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]] | None:
+    """The configured step if it does not raise the cost, else the safe step.
+
+    ``outcomes`` holds the configured candidates (pinv, or the paper's μ rule), then the
+    safe step last: every sample on the centre with the largest ``(x·d)_+ / ||d||`` and
+    coefficient ``x·d / ||d||^2``, the exact minimiser of the cost over non-negative
+    1-sparse S̄ for the current centres, so it never raises the cost. Each candidate's cost
+    with the current centres comes from its K-sized statistics; the centre update that follows can only lower it. The pinv
+    step can raise the cost when centres are strongly correlated (as cortical networks make
+    them); rejecting such steps keeps the cost history non-increasing.
+    """
+    *configured, safe = outcomes
+    if update == "gradient" and mu is None:
+        # the paper's rule: the large step only while the assignments hold
+        configured = [
+            next(
+                o
+                for j, o in enumerate(configured)
+                if j == len(configured) - 1 or np.array_equal(o[0], labels)
+            )
+        ]
+    slack = 1e-12 * max(abs(current), 1.0)
+    for o in (*configured, safe):
+        if _cost(sqnorm_total, o[2], D, o[1], o[0]) <= current + slack:
+            return o
+    return None
+
+
+def _best_projection(X: Any, D: np.ndarray) -> tuple[Any, Any]:
+    """Lazy (labels, coefficients) minimising ``||X - S̄ D||`` over S̄ for fixed D."""
+    dn = np.linalg.norm(D, axis=1)
+    safe = np.where(dn > 0, dn, np.inf)
+    S = X @ (D / safe[:, None]).T
+    lab = S.argmax(axis=1)
+    top = _clip0(S.max(axis=1))
+    inv = 1.0 / safe
+    scale = lab.map_blocks(lambda b: inv[b], dtype=np.float64) if is_dask(lab) else inv[lab]
+    return lab, top * scale
 
 
 def _assign(

@@ -114,3 +114,36 @@ def test_bad_input():
         DirectionalClustering(2).fit(X)
     with pytest.raises(ValueError, match="invalid update"):
         DirectionalClustering(2, update="x").fit(X)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    rho=st.floats(0.6, 0.98),
+    update=st.sampled_from(["pinv", "gradient"]),
+    normalize=st.sampled_from(["D", "S", None]),
+)
+def test_cost_never_increases_with_strongly_correlated_centres(seed, rho, update, normalize):
+    """The regime that made the pinv step diverge on cortex: centres sharing a common
+    direction (correlation rho), many clusters, noisy rows."""
+    rng = np.random.default_rng(seed)
+    k, d, n = 30, 20, 900
+    common = rng.standard_normal(d)
+    common /= np.linalg.norm(common)
+    own = rng.standard_normal((k, d))
+    own /= np.linalg.norm(own, axis=1, keepdims=True)
+    C = np.sqrt(rho) * common + np.sqrt(1 - rho) * own
+    X = C[rng.integers(0, k, n)] + 0.3 * rng.standard_normal((n, d))
+    est = DirectionalClustering(
+        k, update=update, normalize=normalize, max_iter=40, random_state=seed
+    ).fit(X)
+    hist = np.asarray(est.cost_history_)
+    assert np.all(np.diff(hist) <= 1e-9 * hist[0])
+
+
+def test_n_init_keeps_the_lowest_cost():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 10))
+    one = [DirectionalClustering(12, random_state=s).fit(X) for s in range(3)]
+    best = DirectionalClustering(12, n_init=4, random_state=0).fit(X)
+    assert best.cost_history_[-1] <= one[0].cost_history_[-1] + 1e-9
