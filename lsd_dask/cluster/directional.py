@@ -356,8 +356,8 @@ def _monotone_choice(
     safe step last: every sample on the centre with the largest ``(x·d)_+ / ||d||`` and
     coefficient ``x·d / ||d||^2``, the exact minimiser of the cost over non-negative
     1-sparse S̄ for the current centres, so it never raises the cost. Each candidate's cost
-    with the current centres comes from its K-sized statistics; the centre update that follows can only lower it. The pinv
-    step can raise the cost when centres are strongly correlated (as cortical networks make
+    with the current centres comes from its K-sized statistics; the centre update that
+    follows can only lower it. The pinv step can raise the cost when centres are strongly correlated (as cortical networks make
     them); rejecting such steps keeps the cost history non-increasing.
     """
     *configured, safe = outcomes
