@@ -357,8 +357,9 @@ def _monotone_choice(
     coefficient ``x·d / ||d||^2``, the exact minimiser of the cost over non-negative
     1-sparse S̄ for the current centres, so it never raises the cost. Each candidate's cost
     with the current centres comes from its K-sized statistics; the centre update that
-    follows can only lower it. The pinv step can raise the cost when centres are strongly correlated (as cortical networks make
-    them); rejecting such steps keeps the cost history non-increasing.
+    follows can only lower it. The pinv step can raise the cost when centres are strongly
+    correlated (as cortical networks make them); rejecting such steps keeps the cost
+    history non-increasing.
     """
     *configured, safe = outcomes
     if update == "gradient" and mu is None:
