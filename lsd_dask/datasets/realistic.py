@@ -32,6 +32,7 @@ from scipy.signal import lfilter
 
 from .._validation import check_random_state
 from ..surface import Mesh, combine_meshes, smooth_on_mesh
+from ._study import SplitStudy
 from .templates import load_atlas, load_group_connectivity, load_template
 
 __all__ = ["RealisticStudy", "realistic_study"]
@@ -40,7 +41,7 @@ _GROUPS = ("main", "holdout")
 
 
 @dataclass(frozen=True)
-class RealisticStudy:
+class RealisticStudy(SplitStudy):
     """A two-split study on a real template; subjects are generated on demand.
 
     Attributes
@@ -73,27 +74,15 @@ class RealisticStudy:
     seed: int = 0
     template: str = "conte69"
     atlas: str = "vosdewael_400"
-
-    @property
-    def n_vertices(self) -> int:
-        return int(self.labels.size)
-
-    @property
-    def n_parcels(self) -> int:
-        return int(self.labels.max())
-
-    @property
-    def subjects(self) -> list[str]:
-        return [s for ids in self.splits.values() for s in ids]
+    #: mesh adjacency among the cortical vertices (built once, used by every subject)
+    _adjacency: sp.csr_matrix | None = field(default=None, repr=False)
 
     def subject_data(self, subject: str) -> np.ndarray:
         """Time series of one subject, shape (n_vertices, n_timepoints), float32."""
-        split = next((k for k, ids in self.splits.items() if subject in ids), None)
-        if split is None:
-            raise KeyError(f"unknown subject {subject!r}; known: {self.subjects}.")
-        g = list(self.splits).index(split)
-        rng = np.random.default_rng([self.seed, g, self.splits[split].index(subject)])
-        A = self._cortex_adjacency()
+        g, i = self._locate(subject)
+        split = list(self.splits)[g]
+        rng = np.random.default_rng([self.seed, g, i])
+        A = self._adjacency
         lab = self.labels[self.cortex] - 1
         nc, T = int(lab.size), self.n_timepoints
         # 1. correlated parcel series with BOLD-like autocorrelation
@@ -116,11 +105,6 @@ class RealisticStudy:
         out = np.zeros((self.n_vertices, T), np.float32)
         out[self.cortex] = S
         return out
-
-    def _cortex_adjacency(self) -> sp.csr_matrix:
-        combined, _ = combine_meshes(self.meshes)
-        A = combined.adjacency()
-        return A[self.cortex][:, self.cortex].tocsr()
 
 
 def realistic_study(
@@ -190,7 +174,9 @@ def realistic_study(
     }
     groups = zip(splits, _GROUPS, strict=True)
     conn = {s: load_group_connectivity(atlas, scale, g) for s, g in groups}
+    combined, _ = combine_meshes(tpl.meshes)
     return RealisticStudy(
+        _adjacency=combined.adjacency()[cortex][:, cortex].tocsr(),
         meshes=tpl.meshes,
         labels=np.where(cortex, labels, 0),
         cortex=cortex,

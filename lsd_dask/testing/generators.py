@@ -16,6 +16,7 @@ import scipy.ndimage as ndi
 import scipy.sparse as sp
 
 from .._validation import check_random_state
+from ..datasets._study import SplitStudy
 from ..surface import Mesh, combine_meshes, grid_adjacency, grow_regions, smooth_on_mesh
 
 __all__ = [
@@ -222,7 +223,7 @@ def lsdable_similarity(
 
 
 @dataclass(frozen=True)
-class SurfaceStudy:
+class SurfaceStudy(SplitStudy):
     """A synthetic two-split surface fMRI study; subjects are generated on demand.
 
     Every subject's data is ``(n_vertices, n_timepoints)`` float32: parcel signals plus
@@ -251,25 +252,9 @@ class SurfaceStudy:
     seed: int
     _adjacency: sp.csr_matrix = field(repr=False)
 
-    @property
-    def n_vertices(self) -> int:
-        return int(self.labels.size)
-
-    @property
-    def n_parcels(self) -> int:
-        return int(self.labels.max())
-
-    @property
-    def subjects(self) -> list[str]:
-        return [s for ids in self.splits.values() for s in ids]
-
     def subject_data(self, subject: str) -> np.ndarray:
         """Time series of one subject, shape (n_vertices, n_timepoints), float32."""
-        split = next((k for k, ids in self.splits.items() if subject in ids), None)
-        if split is None:
-            raise KeyError(f"unknown subject {subject!r}; known: {self.subjects}.")
-        split_idx = list(self.splits).index(split)
-        subj_idx = self.splits[split].index(subject)
+        split_idx, subj_idx = self._locate(subject)
         base_rng = np.random.default_rng([self.seed, 1, split_idx])
         base = base_rng.standard_normal((self.n_parcels, self.n_timepoints))
         rng = np.random.default_rng([self.seed, 2, split_idx, subj_idx])
