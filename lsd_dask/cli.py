@@ -125,8 +125,12 @@ def demo(out: Path) -> None:
     "mesh, a Vos de Wael atlas (--parcels 100-400) as the truth, HCP group connectivity, "
     "HCP-layout CIFTI (needs lsd-dask[templates]).",
 )
-@click.option("--atlas", type=click.Choice(["vosdewael", "schaefer"]), default="vosdewael",
-              help="Truth atlas with --template.")
+@click.option(
+    "--atlas",
+    type=click.Choice(["vosdewael", "schaefer"]),
+    default="vosdewael",
+    help="Truth atlas with --template.",
+)
 @click.option("--snr", default=0.5, help="Signal-to-noise variance ratio with --template.")
 def synth(
     folder: Path,

@@ -24,6 +24,7 @@ import numpy as np
 from .._validation import check_n_clusters, check_random_state, is_dask, warn
 from ..similarity import SIMILARITIES, SimilarityFactor
 from ._base import ClusterBase, _n_features
+from ._refine import REFINE_OPTIONS, refined_labels
 from .lsd import _lsd, _similarity_operator, _SimilarityOperator
 
 __all__ = ["HierarchicalLSD"]
@@ -52,12 +53,23 @@ class HierarchicalLSD(ClusterBase):
     concurrent : bool, default=True
         Split several leaves at once as Dask tasks. ``False`` runs the textbook sequential
         loop (one split per step); both give identical labels.
+    refine : {"auto", "spherical_kmeans"} or None, default="auto"
+        What turns the leaves into ``labels_``. None: the leaves, the paper's algorithm.
+        "spherical_kmeans": a spherical k-means run on the features started from the
+        leaves' mean directions (see :mod:`lsd_dask.cluster._refine`). "auto": refine
+        when X holds features, not for a precomputed similarity. Two-way splits draw each
+        border once and never revisit it, so leaves cut across parcels; the refinement
+        moves each sample to its nearest leaf direction.
+    refine_iter : int, default=100
+        Iterations of the refinement at most.
     random_state : int, Generator or None
         Seeds the RBF landmarks and bandwidth subsample (the k = 2 splits are deterministic).
 
     Attributes
     ----------
     labels_ : ndarray or dask array of shape (n_samples,)
+        The refined partition, or ``leaf_labels_`` when no refinement ran.
+    leaf_labels_ : ndarray or dask array of shape (n_samples,)
         Leaves numbered in the order they were created.
     tree_ : list of Split
         The splits in the greedy order.
@@ -73,6 +85,8 @@ class HierarchicalLSD(ClusterBase):
         "gamma": [None, ("real", 0, None)],
         "n_landmarks": [("int", 2, None)],
         "concurrent": [bool],
+        "refine": [REFINE_OPTIONS, None],
+        "refine_iter": [("int", 0, None)],
         "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
@@ -84,6 +98,8 @@ class HierarchicalLSD(ClusterBase):
         gamma: float | None = None,
         n_landmarks: int = 1000,
         concurrent: bool = True,
+        refine: str | None = "auto",
+        refine_iter: int = 100,
         random_state: Any = None,
     ) -> None:
         self.n_clusters = n_clusters
@@ -91,6 +107,8 @@ class HierarchicalLSD(ClusterBase):
         self.gamma = gamma
         self.n_landmarks = n_landmarks
         self.concurrent = concurrent
+        self.refine = refine
+        self.refine_iter = refine_iter
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any = None) -> HierarchicalLSD:
@@ -110,7 +128,17 @@ class HierarchicalLSD(ClusterBase):
         self.tree_ = tree
         self.leaf_similarity_ = w
         self.n_clusters_ = int(w.size)
-        self.labels_ = da.from_array(labels, chunks=chunks) if chunks is not None else labels
+        self.leaf_labels_ = da.from_array(labels, chunks=chunks) if chunks is not None else labels
+        refined = refined_labels(
+            self.refine,
+            self.similarity,
+            X,
+            self.leaf_labels_,
+            self.n_clusters_,
+            max_iter=self.refine_iter,
+            random_state=rng,
+        )
+        self.labels_ = self.leaf_labels_ if refined is None else refined
         self.n_features_in_ = _n_features(X)
         self.gamma_ = op.gamma
         return self

@@ -1,7 +1,8 @@
 """Left-stochastic decomposition (LSD) clustering.
 
 Model: ``c K ≈ P^T P`` with P (k × n) left-stochastic (columns on the probability simplex);
-the hard label of sample j is ``argmax_i P_ij``.
+the paper's hard label of sample j is ``argmax_i P_ij``. By default that partition is then
+refined by spherical k-means on the features (``refine``; see ``_refine``).
 
 References
 ----------
@@ -40,10 +41,12 @@ from ..linalg.rotations import procrustes_about_axis, rotate_givens
 from ..linalg.simplex import project_rows_simplex
 from ..similarity import SIMILARITIES, SimilarityFactor, gram_factor, median_bandwidth, rbf_kernel
 from ._base import ClusterBase, _n_features
+from ._refine import REFINE_OPTIONS, refined_labels
 
 __all__ = ["LSD", "lsd_scale", "max_clusters"]
 
 _EXACT_RBF_MAX = 3000
+_OBJ_EVERY = 10
 _TINY = 1e-8
 
 
@@ -69,10 +72,20 @@ class LSD(ClusterBase):
         subsample of 1000 rows.
     n_landmarks : int, default=1000
         Nyström landmarks for RBF on large or dask input.
-    max_iter : int, default=500
-        Iterations of Rotate_Simplex or of the multiplicative updates.
+    max_iter : int, default=100
+        Iterations of Rotate_Simplex or of the multiplicative updates. On the realistic
+        32k-surface study at K = 100 (58,558 × 100 features) Rotate_Simplex does not meet
+        ``tol`` in 500 iterations, and the refined labels are no better for them: NMI
+        against the atlas 0.830 after 50 iterations (17 s), 0.827 after 500 (169 s).
     tol : float, default=1e-8
         Relative decrease under which iterations stop.
+    refine : {"auto", "spherical_kmeans"} or None, default="auto"
+        What turns the LSD partition into ``labels_``. None: ``argmax`` of P, the paper's
+        rule. "spherical_kmeans": a spherical k-means run on the features started from the
+        partition's mean directions (see :mod:`lsd_dask.cluster._refine`). "auto": refine
+        when X holds features, not for a precomputed similarity.
+    refine_iter : int, default=100
+        Iterations of the refinement at most.
     random_state : int, Generator or None
         Seeds Nyström landmarks, the bandwidth subsample, randomized eigen solvers and the
         multiplicative solver's start.
@@ -80,6 +93,9 @@ class LSD(ClusterBase):
     Attributes
     ----------
     labels_ : ndarray or dask array of shape (n_samples,)
+        The refined partition, or ``lsd_labels_`` when no refinement ran.
+    lsd_labels_ : ndarray or dask array of shape (n_samples,)
+        ``argmax`` of P over clusters: the paper's hard labels.
     probabilities_ : ndarray or dask array of shape (n_clusters, n_samples)
         Left-stochastic P.
     scale_ : float
@@ -102,6 +118,8 @@ class LSD(ClusterBase):
         "n_landmarks": [("int", 2, None)],
         "max_iter": [("int", 0, None)],
         "tol": [("real", 0, None)],
+        "refine": [REFINE_OPTIONS, None],
+        "refine_iter": [("int", 0, None)],
         "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
@@ -113,8 +131,10 @@ class LSD(ClusterBase):
         similarity: str = "cosine",
         gamma: float | None = None,
         n_landmarks: int = 1000,
-        max_iter: int = 500,
+        max_iter: int = 100,
         tol: float = 1e-8,
+        refine: str | None = "auto",
+        refine_iter: int = 100,
         random_state: Any = None,
     ) -> None:
         self.n_clusters = n_clusters
@@ -124,6 +144,8 @@ class LSD(ClusterBase):
         self.n_landmarks = n_landmarks
         self.max_iter = max_iter
         self.tol = tol
+        self.refine = refine
+        self.refine_iter = refine_iter
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any = None) -> LSD:
@@ -136,7 +158,17 @@ class LSD(ClusterBase):
         k = check_n_clusters(self.n_clusters, op.n)
         res = _lsd(op, k, solver=self.solver, max_iter=self.max_iter, tol=self.tol, rng=rng)
         self.probabilities_ = res.P.T
-        self.labels_ = res.P.argmax(axis=1)
+        self.lsd_labels_ = res.P.argmax(axis=1)
+        refined = refined_labels(
+            self.refine,
+            self.similarity,
+            X,
+            self.lsd_labels_,
+            k,
+            max_iter=self.refine_iter,
+            random_state=rng,
+        )
+        self.labels_ = self.lsd_labels_ if refined is None else refined
         self.n_features_in_ = _n_features(X)
         self.scale_ = res.scale
         self.objective_ = res.objective
@@ -327,7 +359,8 @@ def rotate_simplex(
     Procrustes in the (k-1)-dimensional plane). J never increases. Iteration stops when no
     row lies outside the simplex, when J decreases by less than ``tol`` relatively, or after
     ``max_iter`` iterations. With ``op`` given, the rotation with the lowest LSD objective
-    seen is returned (the paper keeps the best by its objective (12)); otherwise the last.
+    among every tenth iterate and the last is returned (the paper keeps the best by its
+    objective (12)); otherwise the last.
 
     Parameters
     ----------
@@ -345,6 +378,7 @@ def rotate_simplex(
     stats = _simplex_stats(Q, R, op)
     J, C = stats[0], stats[1]
     best_R, best_obj = R, _obj_from(stats, scale, fro2) if op is not None else None
+    scored = R  # the last rotation whose LSD objective was evaluated
     if history is not None:
         history.append(J)
     n = Q.shape[0]
@@ -355,20 +389,27 @@ def rotate_simplex(
             break
         # C = Y^T Q (k × k) = B A^T in column notation with A = Q^T, B = Y^T
         R_new = procrustes_about_axis(C, None, R_ue)
-        stats = _simplex_stats(Q, R_new, op)
+        # the objective terms cost n·d·k, more than the iteration itself (n·k²) when d > k:
+        # evaluate them every _OBJ_EVERY iterations and at the end
+        score = op is not None and n_iter % _OBJ_EVERY == 0
+        stats = _simplex_stats(Q, R_new, op if score else None)
         J_new, C_new = stats[0], stats[1]
         if history is not None:
             history.append(J_new)
-        if op is not None:
+        if score:
+            scored = R_new
             obj = _obj_from(stats, scale, fro2)
             if obj < best_obj:
                 best_R, best_obj = R_new, obj
-        else:
+        elif op is None:
             best_R = R_new
         converged = J - J_new <= tol * max(J, 1e-300)
         R, J, C = R_new, J_new, C_new
         if converged:
             break
+    if op is not None and scored is not R:
+        if _obj_from(_simplex_stats(Q, R, op), scale, fro2) < best_obj:
+            best_R = R
     return best_R, n_iter
 
 

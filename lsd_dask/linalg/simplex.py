@@ -53,18 +53,37 @@ def _project_rows(Y: np.ndarray) -> np.ndarray:
     """Vectorised Michelot/Duchi projection of each row.
 
     For a row y sorted decreasingly as s, rho is the largest j with
-    ``s_j - (cumsum(s)_j - 1) / j > 0``; theta = ``(cumsum(s)_rho - 1) / rho``;
-    the projection is ``max(y - theta, 0)``.
+    ``s_j - (cumsum(s)_j - 1) / j > 0`` (the condition holds exactly for j <= rho);
+    theta = ``(cumsum(s)_rho - 1) / rho``; the projection is ``max(y - theta, 0)``.
+
+    Only the top ``_TOP`` entries of each row are sorted (a partition finds them): rho is
+    the support of the projection, and LSD's rows on cortical features have 15 to 29
+    non-zeros at k = 100 (median 15). Rows whose condition still holds at ``_TOP`` are
+    redone in full.
     """
-    if Y.shape[0] == 0:
+    n, k = Y.shape
+    if n == 0:
         return Y.copy()
-    k = Y.shape[1]
     work = Y.astype(np.float64, copy=False)
-    s = -np.sort(-work, axis=1)
-    css = np.cumsum(s, axis=1) - 1.0
-    j = np.arange(1, k + 1)
-    cond = s - css / j > 0
-    rho = k - np.argmax(cond[:, ::-1], axis=1)  # last True (cond[:, 0] is always True)
-    theta = css[np.arange(Y.shape[0]), rho - 1] / rho
-    out = np.maximum(work - theta[:, None], 0.0)
+    m = min(k, _TOP)
+    top = work if m == k else np.partition(work, k - m, axis=1)[:, k - m :]
+    theta, full = _theta(top)
+    if m < k and np.any(full):
+        theta[full] = _theta(work[full])[0]
+    out = work - theta[:, None]
+    np.maximum(out, 0.0, out=out)
     return out.astype(Y.dtype, copy=False)
+
+
+_TOP = 32
+
+
+def _theta(top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The threshold of each row from its largest entries, and whether all of them count."""
+    s = np.sort(top, axis=1)[:, ::-1]
+    css = np.cumsum(s, axis=1)
+    css -= 1.0
+    j = np.arange(1, s.shape[1] + 1, dtype=np.float64)
+    rho = np.count_nonzero(s * j > css, axis=1)  # cond[:, 0] is always True
+    theta = css[np.arange(s.shape[0]), rho - 1] / rho
+    return theta, rho == s.shape[1]

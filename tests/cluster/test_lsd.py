@@ -2,6 +2,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
+from sklearn.base import clone
 
 from lsd_dask import metrics
 from lsd_dask.cluster import LSD, HierarchicalLSD
@@ -74,7 +75,7 @@ def test_objective_from_features_equals_dense(rng):
     assert m.objective_ == pytest.approx(dense, rel=1e-8)
     # and precomputed on the same K gives the same clustering
     m2 = LSD(3, similarity="precomputed").fit(F @ F.T)
-    assert metrics.ari(m.labels_, m2.labels_) == pytest.approx(1.0)
+    assert metrics.ari(m.lsd_labels_, m2.labels_) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("solver", ["rotation", "multiplicative"])
@@ -154,11 +155,43 @@ def test_hierarchical_greedy_order_and_dask():
     F = X / np.linalg.norm(X, axis=1, keepdims=True)
     assert h.tree_[0].parent == 0 and h.tree_[0].size == X.shape[0]
     assert metrics.nmi(h.labels_, lab) > 0.5
-    expected = metrics.average_leaf_similarity(h.labels_, features=F)
+    expected = metrics.average_leaf_similarity(h.leaf_labels_, features=F)
     np.testing.assert_allclose(h.leaf_similarity_, expected)
     hd = HierarchicalLSD(6).fit(da.from_array(X, chunks=(100, 25)))
     assert isinstance(hd.labels_, da.Array)
+    np.testing.assert_array_equal(hd.leaf_labels_.compute(), h.leaf_labels_)
     np.testing.assert_array_equal(hd.labels_.compute(), h.labels_)
+
+
+def _nearest_centre(X, labels, k):
+    """Each row's nearest centre by cosine, centres the mean directions of ``labels``."""
+    F = X / np.linalg.norm(X, axis=1, keepdims=True)
+    C = np.zeros((k, X.shape[1]))
+    np.add.at(C, labels, F)
+    C /= np.linalg.norm(C, axis=1, keepdims=True)
+    return (F @ C.T).argmax(axis=1)
+
+
+@pytest.mark.parametrize("est", [LSD(5, random_state=0), HierarchicalLSD(5, random_state=0)])
+def test_refined_partition_is_a_spherical_kmeans_fixed_point(est):
+    X, truth, _ = brain_grid(snr_db=-3, n_features=20, n_regions=5, shape=(16, 16), random_state=2)
+    est.fit(X)
+    paper = est.lsd_labels_ if isinstance(est, LSD) else est.leaf_labels_
+    # every sample sits on its nearest mean direction after refinement
+    np.testing.assert_array_equal(_nearest_centre(X, est.labels_, 5), est.labels_)
+    assert metrics.nmi(truth, est.labels_) >= metrics.nmi(truth, paper) - 1e-12
+    plain = clone(est).set_params(refine=None).fit(X)
+    np.testing.assert_array_equal(plain.labels_, paper)
+
+
+def test_refine_needs_features():
+    X, _, _ = brain_grid(snr_db=0, n_features=10, n_regions=3, shape=(8, 8), random_state=1)
+    F = X / np.linalg.norm(X, axis=1, keepdims=True)
+    K = F @ F.T
+    with pytest.raises(ValueError, match="refine='spherical_kmeans' needs features"):
+        LSD(3, similarity="precomputed", refine="spherical_kmeans").fit(K)
+    auto = LSD(3, similarity="precomputed").fit(K)  # "auto": no refinement on a similarity
+    np.testing.assert_array_equal(auto.labels_, auto.lsd_labels_)
 
 
 def test_hierarchical_reference_loop():

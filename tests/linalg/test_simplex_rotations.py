@@ -47,6 +47,21 @@ def test_project_rows_numpy_and_dask_agree(rng):
     np.testing.assert_allclose(a[7], project_simplex(Y[7]))
 
 
+def test_project_rows_wide_rows_match_bisection(rng):
+    """Rows wider than the partial sort (k = 80): supports from 1 to all 80 entries."""
+    from scipy.optimize import brentq
+
+    k = 80
+    Y = rng.standard_normal((300, k)) * np.geomspace(1e-4, 10.0, 300)[:, None]
+    P = project_rows_simplex(Y)
+    support = (P > 0).sum(axis=1)
+    assert support.min() <= 2 and support.max() == k  # both paths are exercised
+    for y, p in zip(Y, P, strict=True):
+        # the projection is max(y - theta, 0) with theta the root of sum(...) = 1
+        theta = brentq(lambda t, y=y: np.maximum(y - t, 0).sum() - 1, y.min() - 1, y.max())
+        np.testing.assert_allclose(p, np.maximum(y - theta, 0), atol=1e-10)
+
+
 @given(st.integers(2, 7).flatmap(lambda k: st.tuples(vectors(k), vectors(k))))
 def test_rotate_givens_maps_m_onto_u(mu):
     m, u = mu
