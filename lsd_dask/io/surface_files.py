@@ -19,6 +19,7 @@ import numpy as np
 from nibabel import cifti2
 
 from ..surface import Mesh
+from .atomic import atomic_path
 
 __all__ = [
     "HEMISPHERES",
@@ -123,24 +124,19 @@ def write_zarr_subject(
     path: str | os.PathLike[str], data: np.ndarray, hemi_sizes: list[int]
 ) -> Path:
     """Store one subject as a Zarr array readable by :func:`read_zarr_subject`."""
-    import shutil
-
     import zarr
 
     p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    arr = zarr.create_array(
-        str(tmp),
-        shape=data.shape,
-        dtype="float32",
-        chunks=(min(data.shape[0], 32768), data.shape[1]),
-        overwrite=True,
-    )
-    arr[...] = np.asarray(data, np.float32)
-    arr.attrs["hemisphere_sizes"] = [int(n) for n in hemi_sizes]
-    if p.exists():
-        shutil.rmtree(p)
-    os.replace(tmp, p)
+    with atomic_path(p) as tmp:
+        arr = zarr.create_array(
+            str(tmp),
+            shape=data.shape,
+            dtype="float32",
+            chunks=(min(data.shape[0], 32768), data.shape[1]),
+            overwrite=True,
+        )
+        arr[...] = np.asarray(data, np.float32)
+        arr.attrs["hemisphere_sizes"] = [int(n) for n in hemi_sizes]
     return p
 
 
@@ -324,13 +320,6 @@ def _load_cifti(path: Path) -> tuple[np.ndarray, list[int]]:
 
 def _atomic_save(img: Any, path: Path) -> Path:
     """Save under a temporary name in the same folder, then rename into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    suffix = "".join(s for s in path.suffixes)
-    tmp = path.with_name(f".{path.name.removesuffix(suffix)}.tmp-{os.getpid()}{suffix}")
-    try:
+    with atomic_path(path) as tmp:
         nib.save(img, str(tmp))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path

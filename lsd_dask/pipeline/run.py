@@ -32,6 +32,7 @@ import dask.array as da
 import numpy as np
 
 from .. import metrics
+from ..io.atomic import atomic_save_npy, atomic_write_text
 from ..io.surface_files import (
     HEMISPHERES,
     load_mesh,
@@ -116,7 +117,7 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
         "timings_s": timings,
         "outputs": [str(p.relative_to(out)) for p in files],
     }
-    _atomic_write_text(out / "report.json", json.dumps(report, indent=2))
+    atomic_write_text(out / "report.json", json.dumps(report, indent=2))
     log(f"[done] outputs in {out} ({timings['total']:.1f} s); report: {out / 'report.json'}")
     return report
 
@@ -205,14 +206,14 @@ def _stage_mask(cfg: PipelineConfig, work: Path, sizes: list[int], log: Log) -> 
         log(f"[mask] {_bar(i, len(cfg.subjects))} {s.subject}")
     if bad.all():
         raise ValueError("every vertex is constant or non-finite in some subject.")
-    _atomic_save_npy(work / "mask.npy", ~bad)
+    atomic_save_npy(work / "mask.npy", ~bad)
     info = {
         "n_vertices": n,
         "n_masked": int(bad.sum()),
         "hemisphere_sizes": sizes,
         "per_subject": per_subject,
     }
-    _atomic_write_text(info_path, json.dumps(info))
+    atomic_write_text(info_path, json.dumps(info))
     return info
 
 
@@ -270,8 +271,8 @@ def _stage_svd(cfg: PipelineConfig, split: str, work: Path, log: Log) -> dict[st
             random_state=cfg.random_state,
         )
         U = U.compute()
-    _atomic_save_npy(u_path, np.asarray(U, np.float32))
-    _atomic_save_npy(s_path, np.asarray(s, np.float64))
+    atomic_save_npy(u_path, np.asarray(U, np.float32))
+    atomic_save_npy(s_path, np.asarray(s, np.float64))
     return {
         "rank": rank,
         "method": cfg.svd.get("method"),
@@ -327,7 +328,7 @@ def _stage_cluster(
     full = np.zeros(kept.size, np.int32)
     full[kept] = lab + 1
     path.parent.mkdir(exist_ok=True)
-    _atomic_save_npy(path, full)
+    atomic_save_npy(path, full)
     log(f"[cluster] {split} {method} K={k}: {time.perf_counter() - t0:.1f} s")
 
 
@@ -468,19 +469,6 @@ def _bar(i: int, n: int, width: int = 20) -> str:
     """A text progress bar, ``[#####.....] 3/6``, one line per step (works in logs too)."""
     done = int(round(width * i / max(n, 1)))
     return f"[{'#' * done}{'.' * (width - done)}] {i}/{n}"
-
-
-def _atomic_save_npy(path: Path, arr: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")
-    np.save(tmp, arr)
-    os.replace(tmp, path)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _versions() -> dict[str, str]:
