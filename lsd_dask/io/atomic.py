@@ -24,6 +24,7 @@ __all__ = [
     "atomic_save_npy",
     "atomic_write_text",
     "remove_partials",
+    "remove_path",
 ]
 
 #: marks every temporary name
@@ -49,7 +50,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             shutil.rmtree(final)
         os.replace(tmp, final)
     except BaseException:
-        _remove(tmp)
+        remove_path(tmp)
         raise
 
 
@@ -76,12 +77,13 @@ def remove_partials(folder: str | os.PathLike[str]) -> list[Path]:
     removed = []
     for p in found:
         if p.exists():
-            _remove(p)
+            remove_path(p)
             removed.append(p)
     return removed
 
 
-def _remove(p: Path) -> None:
+def remove_path(p: Path) -> None:
+    """Remove a file or a folder tree; nothing when it does not exist."""
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p, ignore_errors=True)
     elif p.exists() or p.is_symlink():

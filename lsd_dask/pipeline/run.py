@@ -1,7 +1,7 @@
 """The split-half parcellation pipeline, stage by stage, with resume.
 
 Stages (each writes under ``<output>/work`` with an atomic rename, and is skipped on a
-re-run when its output exists):
+re-run only when its stamp records the same inputs and settings; see ``workdir``):
 
 1. ``mask``: read every subject once; check vertex counts against the meshes; mark vertices
    constant (the medial wall) or non-finite in any subject.
@@ -31,7 +31,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from .. import metrics
+from .. import __version__, metrics
 from ..io.atomic import atomic_save_npy, atomic_write_text
 from ..io.surface_files import (
     HEMISPHERES,
@@ -45,6 +45,7 @@ from ..linalg import randomized_svd, streaming_svd
 from ..similarity import unit_rows
 from ..surface import Mesh, grow_sized_regions, mesh_adjacency, split_connected
 from .config import PipelineConfig
+from .workdir import WorkDir, file_identity
 
 __all__ = ["run_pipeline", "preflight"]
 
@@ -61,14 +62,14 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     timings: dict[str, float] = {}
     meshes, sizes = preflight(cfg)
     out = cfg.output
-    work = out / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    wd = WorkDir(out / "work", log)
+    wd.remove_partials()
     splits = cfg.resolved_splits()
     by_id = {s.subject: s for s in cfg.subjects}
 
     t0 = time.perf_counter()
-    mask_info = _stage_mask(cfg, work, sizes, log)
-    kept = np.load(work / "mask.npy")
+    mask_info = _stage_mask(cfg, wd, sizes, log)
+    kept = np.load(wd.mask)
     timings["mask"] = time.perf_counter() - t0
     log(
         f"[mask] {int((~kept).sum())} of {kept.size} vertices masked "
@@ -77,11 +78,11 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     for split, ids in splits.items():
-        _stage_ingest(split, [by_id[i] for i in ids], kept, work, log)
+        _stage_ingest(split, [by_id[i] for i in ids], kept, wd, log)
     timings["ingest"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    svd_info = {split: _stage_svd(cfg, split, work, log) for split in splits}
+    svd_info = {split: _stage_svd(cfg, split, wd, log) for split in splits}
     timings["svd"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -90,21 +91,19 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
         if k > n_kept:
             raise ValueError(f"K={k} is larger than the {n_kept} unmasked vertices.")
     jobs = [(split, m, k) for split in splits for m in cfg.methods for k in cfg.ks]
-    F = None
+    features: dict[str, Any] = {}  # loaded on first need: a resumed run may need none
     for i, (split, method, k) in enumerate(jobs, 1):
-        if i == 1 or jobs[i - 2][0] != split:
-            F = _features(work, split)
         log(f"[cluster] {_bar(i - 1, len(jobs))} next: {split} {method} K={k}")
-        _stage_cluster(cfg, split, method, k, F, kept, work, log)
+        _stage_cluster(cfg, split, method, k, features, kept, wd, log)
     timings["cluster"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     A = mesh_adjacency([m.faces for m in meshes.values()], sizes)
-    scores = _stage_scores(cfg, list(splits), kept, A, work, log)
+    scores = _stage_scores(cfg, list(splits), kept, A, wd, log)
     timings["scores"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    files = _write_outputs(cfg, list(splits), meshes, sizes, scores, work, out)
+    files = _write_outputs(cfg, list(splits), meshes, sizes, scores, wd, out)
     timings["outputs"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     report = {
@@ -113,6 +112,7 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
         "versions": _versions(),
         "mask": mask_info,
         "svd": svd_info,
+        "fingerprints": wd.fingerprints(),
         "scores": scores,
         "timings_s": timings,
         "outputs": [str(p.relative_to(out)) for p in files],
@@ -176,11 +176,23 @@ def _check_lsd_rank(cfg: PipelineConfig) -> None:
 # --------------------------------------------------------------------------- stages
 
 
-def _stage_mask(cfg: PipelineConfig, work: Path, sizes: list[int], log: Log) -> dict[str, Any]:
-    info_path = work / "mask.json"
-    if (work / "mask.npy").exists() and info_path.exists():
+def _stage_mask(cfg: PipelineConfig, wd: WorkDir, sizes: list[int], log: Log) -> dict[str, Any]:
+    key = {
+        "subjects": [
+            {
+                "id": s.subject,
+                "files": [file_identity(p) for p in s.paths()],
+                "time_slice": s.time_slice,
+            }
+            for s in cfg.subjects
+        ],
+        "hemisphere_sizes": sizes,
+        "nonfinite": cfg.nonfinite,
+        "lsd_dask": __version__,
+    }
+    if wd.is_current("mask", key, [wd.mask, wd.mask_info]):
         log("[mask] done earlier, skipped")
-        return json.loads(info_path.read_text())
+        return json.loads(wd.mask_info.read_text())
     n = sum(sizes)
     bad = np.zeros(n, bool)
     per_subject = {}
@@ -206,25 +218,24 @@ def _stage_mask(cfg: PipelineConfig, work: Path, sizes: list[int], log: Log) -> 
         log(f"[mask] {_bar(i, len(cfg.subjects))} {s.subject}")
     if bad.all():
         raise ValueError("every vertex is constant or non-finite in some subject.")
-    atomic_save_npy(work / "mask.npy", ~bad)
+    atomic_save_npy(wd.mask, ~bad)
     info = {
         "n_vertices": n,
         "n_masked": int(bad.sum()),
         "hemisphere_sizes": sizes,
         "per_subject": per_subject,
     }
-    atomic_write_text(info_path, json.dumps(info))
+    atomic_write_text(wd.mask_info, json.dumps(info))
+    wd.record("mask", key)
     return info
 
 
-def _stage_ingest(split: str, subjects: list[Any], kept: np.ndarray, work: Path, log: Log) -> None:
-    path = work / f"{split}.zarr"
-    try:
-        open_split(path)
+def _stage_ingest(split: str, subjects: list[Any], kept: np.ndarray, wd: WorkDir, log: Log) -> None:
+    path = wd.store(split)
+    key = {"mask": wd.fingerprint_of("mask"), "subjects": [s.subject for s in subjects]}
+    if wd.is_current(f"ingest/{split}", key, [path]):
         log(f"[ingest] {split} done earlier, skipped")
         return
-    except (FileNotFoundError, ValueError):
-        pass
 
     def items():
         for i, s in enumerate(subjects, 1):
@@ -236,21 +247,27 @@ def _stage_ingest(split: str, subjects: list[Any], kept: np.ndarray, work: Path,
             yield s.subject, x.astype(np.float32)
 
     # every subject's length, from the mask stage's record
-    info = json.loads((work / "mask.json").read_text())["per_subject"]
+    info = json.loads(wd.mask_info.read_text())["per_subject"]
     tps = [int(info[s.subject]["timepoints"]) for s in subjects]
     write_split(
         path, items(), n_vertices=int(kept.sum()), timepoints=tps, vertex_mask=kept, overwrite=True
     )
+    wd.record(f"ingest/{split}", key)
 
 
-def _stage_svd(cfg: PipelineConfig, split: str, work: Path, log: Log) -> dict[str, Any]:
-    u_path, s_path = work / f"{split}_U.npy", work / f"{split}_s.npy"
-    st = open_split(work / f"{split}.zarr")
-    n, m = st.data.shape
-    rank = int(min(cfg.svd.get("rank", 1000), n, m))
-    if u_path.exists() and s_path.exists():
+def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[str, Any]:
+    u_path, s_path = wd.u(split), wd.s(split)
+    key = {
+        "ingest": wd.fingerprint_of(f"ingest/{split}"),
+        "svd": cfg.svd,
+        "random_state": cfg.random_state,
+    }
+    if wd.is_current(f"svd/{split}", key, [u_path, s_path]):
         log(f"[svd] {split} done earlier, skipped")
         return {"rank": int(np.load(s_path).size), "method": cfg.svd.get("method")}
+    st = open_split(wd.store(split))
+    n, m = st.data.shape
+    rank = int(min(cfg.svd.get("rank", 1000), n, m))
     t0 = time.perf_counter()
     log(f"[svd] {split}: rank {rank} of {n} x {m} ({cfg.svd.get('method')})")
     if rank > m // 2:
@@ -273,6 +290,7 @@ def _stage_svd(cfg: PipelineConfig, split: str, work: Path, log: Log) -> dict[st
         U = U.compute()
     atomic_save_npy(u_path, np.asarray(U, np.float32))
     atomic_save_npy(s_path, np.asarray(s, np.float64))
+    wd.record(f"svd/{split}", key)
     return {
         "rank": rank,
         "method": cfg.svd.get("method"),
@@ -286,9 +304,9 @@ def _stage_svd(cfg: PipelineConfig, split: str, work: Path, log: Log) -> dict[st
 IN_MEMORY_FEATURES_BYTES = 64 * 2**20
 
 
-def _features(work: Path, split: str) -> Any:
+def _features(wd: WorkDir, split: str) -> Any:
     """Unit rows of U: a dask array persisted on the workers, or numpy when small."""
-    U = np.load(work / f"{split}_U.npy", mmap_mode="r")
+    U = np.load(wd.u(split), mmap_mode="r")
     if U.nbytes <= IN_MEMORY_FEATURES_BYTES:
         return unit_rows(np.asarray(U))
     chunk = max(1, min(U.shape[0], 16384))
@@ -313,32 +331,44 @@ def _stage_cluster(
     split: str,
     method: str,
     k: int,
-    F: Any,
+    features: dict[str, Any],
     kept: np.ndarray,
-    work: Path,
+    wd: WorkDir,
     log: Log,
 ) -> None:
-    path = work / "labels" / f"{split}_{method}_K{k}.npy"
-    if path.exists():
+    path = wd.labels(split, method, k)
+    est = _estimator(method, k, cfg.random_state)
+    key = {
+        "svd": wd.fingerprint_of(f"svd/{split}"),
+        "method": method,
+        "k": k,
+        "params": est.get_params(),
+        "lsd_dask": __version__,
+    }
+    name = f"cluster/{split}/{method}/K{k}"
+    if wd.is_current(name, key, [path]):
         log(f"[cluster] {split} {method} K={k} done earlier, skipped")
         return
+    if split not in features:
+        features.clear()  # one split's features in memory at a time
+        features[split] = _features(wd, split)
     t0 = time.perf_counter()
-    est = _estimator(method, k, cfg.random_state).fit(F)
+    est.fit(features[split])
     lab = np.asarray(est.labels_.compute() if hasattr(est.labels_, "compute") else est.labels_)
     full = np.zeros(kept.size, np.int32)
     full[kept] = lab + 1
-    path.parent.mkdir(exist_ok=True)
     atomic_save_npy(path, full)
+    wd.record(name, key)
     log(f"[cluster] {split} {method} K={k}: {time.perf_counter() - t0:.1f} s")
 
 
 def _stage_scores(
-    cfg: PipelineConfig, splits: list[str], kept: np.ndarray, A: Any, work: Path, log: Log
+    cfg: PipelineConfig, splits: list[str], kept: np.ndarray, A: Any, wd: WorkDir, log: Log
 ) -> list[dict[str, Any]]:
     rows = []
     for method in cfg.methods:
         for k in cfg.ks:
-            a, b = (np.load(work / "labels" / f"{s}_{method}_K{k}.npy") for s in splits)
+            a, b = (np.load(wd.labels(s, method, k)) for s in splits)
             pa = split_connected(a, A, min_size=cfg.min_region_size)
             pb = split_connected(b, A, min_size=cfg.min_region_size)
             dice = metrics.dice_matched(pa, pb, background=0)
@@ -391,7 +421,7 @@ def _write_outputs(
     meshes: dict[str, Mesh],
     sizes: list[int],
     scores: list[dict[str, Any]],
-    work: Path,
+    wd: WorkDir,
     out: Path,
 ) -> list[Path]:
     from ..plotting import plot_dice_vs_k, plot_parcellation
@@ -402,7 +432,7 @@ def _write_outputs(
     for split in splits:
         for method in cfg.methods:
             for k in cfg.ks:
-                lab = np.load(work / "labels" / f"{split}_{method}_K{k}.npy")
+                lab = np.load(wd.labels(split, method, k))
                 stem = f"{split}_{method}_K{k}"
                 if cifti:
                     files.append(write_dlabel(label_dir / f"{stem}.dlabel.nii", lab, sizes))
@@ -420,7 +450,7 @@ def _write_outputs(
     files.append(plot_dice_vs_k(scores, out / "dice_vs_k.png"))
     method, k = cfg.methods[0], sorted(cfg.ks)[len(cfg.ks) // 2]
     for split in splits:
-        lab = np.load(work / "labels" / f"{split}_{method}_K{k}.npy")
+        lab = np.load(wd.labels(split, method, k))
         files.append(
             plot_parcellation(
                 meshes,
@@ -478,8 +508,6 @@ def _versions() -> dict[str, str]:
     import scipy
     import sklearn
     import zarr
-
-    from .. import __version__
 
     return {
         "lsd_dask": __version__,

@@ -78,11 +78,14 @@ def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     assert np.all(lab[study.labels == 0] == 0) and set(np.unique(lab[study.labels > 0])) <= set(
         range(1, 11)
     )
-    # a re-run resumes: every stage is skipped, the labels are unchanged
+    # a re-run resumes: every stage is skipped, the labels and scores are unchanged
+    before = {p.name: p.read_bytes() for p in (out / "labels").iterdir()}
     logs2: list[str] = []
-    run_pipeline(cfg, log=logs2.append)
+    report2 = run_pipeline(cfg, log=logs2.append)
     assert any("[svd] split1 done earlier" in line for line in logs2)
     assert not any(line.startswith("[cluster] split1 directional K=10:") for line in logs2)
+    assert {p.name: p.read_bytes() for p in (out / "labels").iterdir()} == before
+    assert report2["scores"] == report["scores"]
 
 
 def _bad(tmp_path, study, mutate):

@@ -1,0 +1,179 @@
+"""The work folder: every path under ``<output>/work``, and what produced each file.
+
+A stage's output counts as done only when a stamp next to it records the *key* it was
+computed from, and that key equals the current one. A key holds the stage's inputs and
+every setting the stage reads; a stage's key includes its upstream stage's fingerprint, so a
+change anywhere recomputes exactly that stage and everything downstream of it:
+
+- ``mask``: every subject's files (path, size and modification time of each file), the
+  hemisphere sizes, the ``nonfinite`` rule and the package version;
+- ``ingest/<split>``: the mask's fingerprint and the split's subjects, in order;
+- ``svd/<split>``: the split's ingest fingerprint, the SVD settings and ``random_state``;
+- ``cluster/<split>/<method>/K<k>``: the split's SVD fingerprint, the method, K,
+  ``random_state`` and the estimator's parameters.
+
+On a mismatch the stale outputs are deleted before the stage runs, and the log says which
+part of the key changed. Temporaries left by killed writers are swept when a run starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ..io.atomic import atomic_write_text, remove_partials, remove_path
+
+__all__ = ["WorkDir", "file_identity"]
+
+
+class WorkDir:
+    """Paths under ``<output>/work`` and the stamps that say what produced them.
+
+    Parameters
+    ----------
+    root : path
+        The work folder (created when missing).
+    log : callable, optional
+        Receives one line per stale output found.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], log: Callable[[str], None] = print) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.log = log
+
+    # paths ------------------------------------------------------------------
+    @property
+    def mask(self) -> Path:
+        return self.root / "mask.npy"
+
+    @property
+    def mask_info(self) -> Path:
+        return self.root / "mask.json"
+
+    def store(self, split: str) -> Path:
+        return self.root / f"{split}.zarr"
+
+    def u(self, split: str) -> Path:
+        return self.root / f"{split}_U.npy"
+
+    def s(self, split: str) -> Path:
+        return self.root / f"{split}_s.npy"
+
+    def labels(self, split: str, method: str, k: int) -> Path:
+        return self.root / "labels" / f"{split}_{method}_K{k}.npy"
+
+    # stamps -----------------------------------------------------------------
+    def is_current(self, name: str, key: dict[str, Any], outputs: Iterable[Path]) -> bool:
+        """True when every output exists and its stamp records ``key``.
+
+        Otherwise the outputs and the stamp are deleted (a stage must not find half of an
+        old result) and, when something was there, the log says why it is recomputed.
+        """
+        outputs = list(outputs)
+        stamp = self._read_stamp(name)
+        present = [p for p in outputs if p.exists()]
+        if stamp is not None and stamp["fingerprint"] == fingerprint(key):
+            if len(present) == len(outputs):
+                return True
+            reason = "an output is missing"
+        elif stamp is not None:
+            reason = "changed: " + "; ".join(_differences(stamp.get("key", {}), key))
+        elif present:
+            reason = "no record of what produced the existing output"
+        else:
+            reason = ""
+        if reason:
+            self.log(f"[{name.split('/')[0]}] {name}: recomputing ({reason})")
+        for p in present:
+            remove_path(p)
+        self._stamp_path(name).unlink(missing_ok=True)
+        return False
+
+    def record(self, name: str, key: dict[str, Any]) -> str:
+        """Stamp ``name`` as produced from ``key`` (after its outputs are in place)."""
+        fp = fingerprint(key)
+        stamp = {"name": name, "fingerprint": fp, "key": key}
+        atomic_write_text(self._stamp_path(name), json.dumps(stamp, default=str))
+        return fp
+
+    def fingerprints(self) -> dict[str, str]:
+        """Every recorded stage and its fingerprint (for the report)."""
+        out = {}
+        for path in sorted((self.root / "stamps").glob("*.json")):
+            stamp = self._read_stamp(path.stem.replace("__", "/"))
+            if stamp is not None:
+                out[str(stamp.get("name", path.stem))] = str(stamp["fingerprint"])
+        return out
+
+    def fingerprint_of(self, name: str) -> str:
+        """The recorded fingerprint of a finished stage (for its downstream keys)."""
+        stamp = self._read_stamp(name)
+        if stamp is None:
+            raise RuntimeError(f"stage {name} has no record in {self.root}; it has not run.")
+        return str(stamp["fingerprint"])
+
+    def remove_partials(self) -> list[Path]:
+        """Sweep what killed writers left; log each removal."""
+        removed = remove_partials(self.root)
+        for p in removed:
+            self.log(f"[work] removed {p.name}, left by an interrupted write")
+        return removed
+
+    # helpers ----------------------------------------------------------------
+    def _stamp_path(self, name: str) -> Path:
+        return self.root / "stamps" / (name.replace("/", "__") + ".json")
+
+    def _read_stamp(self, name: str) -> dict[str, Any] | None:
+        path = self._stamp_path(name)
+        try:
+            stamp = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return stamp if isinstance(stamp, dict) and "fingerprint" in stamp else None
+
+
+def fingerprint(key: dict[str, Any]) -> str:
+    """A stable hash of a JSON-able key (sorted keys; non-JSON values by ``str``)."""
+    text = json.dumps(key, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What identifies an input's content cheaply: path, total size and latest mtime.
+
+    A folder (a Zarr store) counts every file under it, so rewriting one chunk shows.
+    """
+    p = Path(path)
+    files = [p] if p.is_file() else [q for q in p.rglob("*") if q.is_file()]
+    stats = [q.stat() for q in files]
+    return {
+        "path": str(p.resolve()),
+        "bytes": int(sum(s.st_size for s in stats)),
+        "mtime_ns": int(max((s.st_mtime_ns for s in stats), default=0)),
+        "files": len(files),
+    }
+
+
+def _differences(old: Any, new: Any, prefix: str = "", limit: int = 3) -> list[str]:
+    """Up to ``limit`` dotted keys whose values differ, e.g. ``svd.rank 100 -> 50``."""
+    out: list[str] = []
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            out += _differences(old.get(key), new.get(key), f"{prefix}{key}.", limit)
+            if len(out) >= limit:
+                return out[:limit]
+        return out
+    old_j, new_j = (json.loads(json.dumps(v, default=str)) for v in (old, new))
+    if old_j != new_j:
+        out.append(f"{prefix.rstrip('.')} {_short(old_j)} -> {_short(new_j)}")
+    return out
+
+
+def _short(v: Any, width: int = 60) -> str:
+    text = json.dumps(v, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
