@@ -6,15 +6,44 @@ Settings precedence: defaults < the pipeline YAML < these flags.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from . import __version__
 
+#: errors that describe bad input or settings: shown as one line unless --debug
+USER_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    PermissionError,
+    ConnectionError,
+    ImportError,
+)
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+
+class _Main(click.Group):
+    """The command group; a user error prints one ``Error: ...`` line, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except USER_ERRORS as err:
+            if ctx.params.get("debug"):
+                raise
+            text = " ".join(str(err).split())
+            raise click.ClickException(f"{text} (--debug shows the traceback)") from None
+
+
+@click.group(
+    cls=_Main,
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
 @click.version_option(__version__, prog_name="lsd-dask")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
+def main(debug: bool) -> None:
     """Cortical parcellation from resting-state fMRI on Dask."""
 
 
@@ -60,25 +89,17 @@ def run(
     svd_method: str | None,
 ) -> None:
     """Run the split-half parcellation pipeline described by PIPELINE (YAML)."""
-    import yaml
-
     from .distributed import connect
     from .pipeline import load_config, run_pipeline
 
-    svd = None
-    if rank is not None or svd_method is not None:
-        raw = yaml.safe_load(Path(pipeline).read_text()) if Path(pipeline).exists() else {}
-        svd = dict((raw or {}).get("svd") or {})
-        if rank is not None:
-            svd["rank"] = rank
-        if svd_method is not None:
-            svd["method"] = svd_method
+    # merged key by key into the file's svd section
+    svd = {k: v for k, v in {"rank": rank, "method": svd_method}.items() if v is not None}
     cfg = load_config(
         pipeline,
         output=str(out.resolve()) if out else None,
         ks=list(ks) or None,
         methods=list(methods) or None,
-        svd=svd,
+        svd=svd or None,
     )
     target = scheduler or (str(cluster_file) if cluster_file else None) or cfg.cluster
     with connect(target, log=click.echo):

@@ -13,6 +13,7 @@ names (``cores``, ``memory``, ``job-extra-directives``, ...; hyphens or undersco
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +22,42 @@ from typing import Any
 import yaml
 from distributed import Client, LocalCluster
 
-__all__ = ["connect", "load_cluster_config", "ManagedClient", "SCHEDULER_ENV"]
+__all__ = [
+    "connect",
+    "load_cluster_config",
+    "check_cluster_config",
+    "ManagedClient",
+    "SCHEDULER_ENV",
+    "CLUSTER_SETTINGS",
+]
 
 #: environment variable read when no address or config is given
 SCHEDULER_ENV = "LSD_DASK_SCHEDULER"
+
+_JOBQUEUE = {
+    "n_workers", "name", "cores", "memory", "processes", "python", "interface",
+    "death_timeout", "local_directory", "shared_temp_directory", "worker_extra_args",
+    "shebang", "queue", "account", "walltime", "job_script_prologue",
+    "job_extra_directives", "job_directives_skip", "log_directory", "scheduler_options",
+}  # fmt: skip
+#: the settings each cluster type accepts (hyphens and underscores alike); the
+#: cluster_configs/*.yaml files document every one
+CLUSTER_SETTINGS: dict[str, frozenset[str]] = {
+    "local": frozenset(
+        {
+            "n_workers",
+            "threads_per_worker",
+            "processes",
+            "memory_limit",
+            "host",
+            "dashboard_address",
+            "local_directory",
+        }  # fmt: skip
+    ),
+    "remote": frozenset({"address", "timeout", "security"}),
+    "slurm": frozenset(_JOBQUEUE | {"job_cpu", "job_mem"}),
+    "pbs": frozenset(_JOBQUEUE | {"resource_spec"}),
+}
 
 
 class ManagedClient(Client):
@@ -41,17 +74,47 @@ class ManagedClient(Client):
 
 
 def load_cluster_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check a cluster config YAML."""
+    """Read and check a cluster config YAML (see :func:`check_cluster_config`)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"cluster config {p} does not exist.")
-    cfg = yaml.safe_load(p.read_text()) or {}
+    try:
+        cfg = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{p} is not valid YAML: {err}") from None
+    return check_cluster_config(cfg, str(p))
+
+
+def check_cluster_config(cfg: Any, where: str = "cluster config") -> dict[str, Any]:
+    """Check a cluster config: a known ``type`` and only the documented settings of it.
+
+    The settings are those the files in ``cluster_configs/`` document. Anything else is
+    refused, so a config cannot hand the workers code to run (``preload``) or settings the
+    pipeline does not know about.
+    """
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{where}: a cluster config is a mapping, got {cfg!r}.")
     kind = cfg.get("type")
-    if kind not in ("local", "remote", "slurm", "pbs"):
-        raise ValueError(f"{p}: 'type' must be local, remote, slurm or pbs; got {kind!r}.")
-    if not isinstance(cfg.get(kind, {}), dict):
-        raise ValueError(f"{p}: section {kind!r} must be a mapping.")
-    return cfg
+    if kind not in CLUSTER_SETTINGS:
+        raise ValueError(f"{where}: 'type' must be local, remote, slurm or pbs; got {kind!r}.")
+    extra = sorted(set(cfg) - {"type", kind})
+    if extra:
+        raise ValueError(
+            f"{where}: unknown key {extra[0]!r}; only 'type' and {kind!r} belong here."
+        )
+    section = cfg.get(kind) or {}
+    if not isinstance(section, dict):
+        raise ValueError(f"{where}: section {kind!r} must be a mapping.")
+    allowed = CLUSTER_SETTINGS[kind]
+    for key in section:
+        if str(key).replace("-", "_") not in allowed:
+            close = difflib.get_close_matches(str(key).replace("-", "_"), sorted(allowed), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"{where}: {kind}.{key} is not a documented {kind} setting{hint} (known: "
+                f"{', '.join(sorted(allowed))})."
+            )
+    return {"type": kind, kind: dict(section)}
 
 
 def connect(
@@ -79,7 +142,7 @@ def connect(
     if isinstance(target, str | os.PathLike) and str(target).endswith((".yaml", ".yml")):
         target = load_cluster_config(target)
     if isinstance(target, dict):
-        client = _from_config(target, timeout)
+        client = _from_config(check_cluster_config(target), timeout)
     else:
         client = _remote(str(target), timeout, security=None)
     if log is not None:
@@ -99,6 +162,9 @@ def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
             raise ValueError(f"remote config needs an 'address' (or ${SCHEDULER_ENV}).")
         return _remote(address, float(section.get("timeout", timeout)), section.get("security"))
     if kind == "local":
+        # loopback unless configured otherwise: the dashboard shows the data's shapes and
+        # task names to whoever can reach it
+        section = {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:8787", **section}
         cluster = LocalCluster(**_underscored(section))
     elif kind in ("slurm", "pbs"):
         try:

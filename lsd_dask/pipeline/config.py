@@ -26,9 +26,11 @@ an installed package.
 from __future__ import annotations
 
 import copy
+import difflib
 import glob
 import os
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,15 @@ METHODS = (
 )
 
 
+#: the SVD settings and their defaults (stated once)
+SVD_DEFAULTS: dict[str, Any] = {"method": "randomized", "rank": 1000, "n_power_iter": 2}
+_SVD_KEYS = {*SVD_DEFAULTS, "fuse_passes", "n_keep"}
+_SUBJECT_KEYS = {"id", "cifti", "left", "right", "zarr", "time_slice"}
+_GLOB_KEYS = {"cifti", "left", "right"}
+#: split names become file names under the work folder: letters, digits, "_" and "-" only
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
 @dataclass
 class PipelineConfig:
     """The resolved settings of one run (written to ``report.json``)."""
@@ -59,12 +70,10 @@ class PipelineConfig:
     splits: dict[str, list[str]] | None = None
     methods: list[str] = field(default_factory=lambda: ["directional"])
     ks: list[int] = field(default_factory=lambda: [50, 100])
-    svd: dict[str, Any] = field(
-        default_factory=lambda: {"method": "randomized", "rank": 1000, "n_power_iter": 2}
-    )
+    svd: dict[str, Any] = field(default_factory=lambda: dict(SVD_DEFAULTS))
     min_region_size: int = 20
     nonfinite: str = "error"
-    cluster: str | None = None
+    cluster: str | dict[str, Any] | None = None
     random_state: int = 0
     null_repeats: int = 5
 
@@ -117,42 +126,157 @@ class PipelineConfig:
             raise ValueError(f"split(s) name unknown subject(s): {unknown}.")
         if any(len(v) == 0 for v in splits.values()):
             raise ValueError("each split needs at least one subject.")
+        for name in splits:
+            if not _SPLIT_NAME.match(str(name)):
+                raise ValueError(
+                    f"split name {name!r}: use letters, digits, '_' and '-' only (it names "
+                    "files in the work folder)."
+                )
+        # one file under two ids leaks data between the splits, unless the ids take
+        # disjoint time slices of it (two halves of one run)
+        owners: dict[str, list[Any]] = {}
+        for s in self.subjects:
+            for p in s.paths():
+                real = os.path.realpath(p)
+                for other in owners.get(real, []):
+                    if other.subject != s.subject and _overlap(other.time_slice, s.time_slice):
+                        raise ValueError(
+                            f"{p} is listed for subjects {other.subject!r} and {s.subject!r} "
+                            "with overlapping time points; one file under two ids would leak "
+                            "data between the splits."
+                        )
+                owners.setdefault(real, []).append(s)
         if self.svd.get("method", "randomized") not in ("randomized", "streaming"):
             raise ValueError("svd.method must be 'randomized' or 'streaming'.")
 
 
 def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> PipelineConfig:
-    """Read a pipeline YAML (optional) and apply overrides (None values are ignored)."""
+    """Read a pipeline YAML (optional) and apply overrides (None values are ignored).
+
+    Every key is checked: an unknown one fails with the closest known key, a bad value with
+    the key's name. A mapping override of ``svd`` updates the file's ``svd`` section key by
+    key (``svd={"rank": 50}`` keeps the file's other SVD settings).
+    """
     raw: dict[str, Any] = {}
     base = Path.cwd()
+    where = "the settings"
     if path is not None:
         p = Path(path)
         if not p.exists():
             raise FileNotFoundError(f"pipeline file {p} does not exist.")
-        raw = yaml.safe_load(p.read_text()) or {}
+        try:
+            raw = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ValueError(f"{p} is not valid YAML: {err}") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{p}: a pipeline file is a mapping of settings, got {type(raw)}.")
         base = p.resolve().parent
+        where = str(p)
     raw = copy.deepcopy(raw)
+    _check_keys(raw, _TOP_KEYS, where)
     for key, value in overrides.items():
-        if value is not None:
+        if value is None:
+            continue
+        if key == "svd" and isinstance(value, dict):
+            raw["svd"] = {**_mapping(raw.get("svd"), "svd"), **value}
+        else:
             raw[key] = value
-    subjects = _subjects(raw, base)
-    mesh = {h: str(_resolve(v, base)) for h, v in (raw.get("mesh") or {}).items()}
+    _check_keys(raw, _TOP_KEYS, where)
+    svd = _mapping(raw.get("svd"), "svd")
+    _check_keys(svd, _SVD_KEYS, f"{where}: svd")
+    svd = {**SVD_DEFAULTS, **svd}
+    svd["rank"] = _int(svd["rank"], "svd.rank", 1)
+    svd["n_power_iter"] = _int(svd["n_power_iter"], "svd.n_power_iter", 0)
+    if svd.get("n_keep") is not None:
+        svd["n_keep"] = _int(svd["n_keep"], "svd.n_keep", 1)
+    methods = raw.get("methods", ["directional"])
+    methods = [methods] if isinstance(methods, str) else methods
+    if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
+        raise ValueError(f"methods: a list of method names, got {methods!r}.")
+    ks = raw.get("ks", [50, 100])
+    ks = [ks] if isinstance(ks, int) and not isinstance(ks, bool) else ks
+    if not isinstance(ks, list | tuple) or not ks:
+        raise ValueError(f"ks: a list of cluster counts, got {ks!r}.")
+    splits = raw.get("splits")
+    if splits is not None and not (
+        isinstance(splits, dict) and all(isinstance(v, list) for v in splits.values())
+    ):
+        raise ValueError("splits: a mapping of split name to a list of subject ids, or null.")
     cfg = PipelineConfig(
-        subjects=subjects,
-        mesh=mesh,
+        subjects=_subjects(raw, base),
+        mesh={h: str(_resolve(v, base)) for h, v in _mapping(raw.get("mesh"), "mesh").items()},
         output=_resolve(raw.get("output", "lsd_dask_output"), base),
-        splits=raw.get("splits"),
-        methods=list(raw.get("methods", ["directional"])),
-        ks=[int(k) for k in raw.get("ks", [50, 100])],
-        svd={"method": "randomized", "rank": 1000, "n_power_iter": 2, **(raw.get("svd") or {})},
-        min_region_size=int(raw.get("min_region_size", 20)),
+        splits={str(k): [str(i) for i in v] for k, v in splits.items()} if splits else None,
+        methods=list(methods),
+        ks=[_int(k, "ks", 2) for k in ks],
+        svd=svd,
+        min_region_size=_int(raw.get("min_region_size", 20), "min_region_size", 1),
         nonfinite=str(raw.get("nonfinite", "error")),
-        cluster=raw.get("cluster"),
-        random_state=int(raw.get("random_state", 0)),
-        null_repeats=int(raw.get("null_repeats", 5)),
+        cluster=_cluster(raw.get("cluster"), base),
+        random_state=_int(raw.get("random_state", 0), "random_state", 0),
+        null_repeats=_int(raw.get("null_repeats", 5), "null_repeats", 0),
     )
     cfg.validate()
     return cfg
+
+
+_TOP_KEYS = {f.name for f in fields(PipelineConfig)} | {"globs"}
+
+
+def _overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
+    """Whether two time slices share a time point (None: the whole run)."""
+    if a is None or b is None:
+        return True
+    return max(a[0], b[0]) < min(a[1], b[1])
+
+
+def _check_keys(d: dict[str, Any], allowed: set[str], where: str) -> None:
+    """Reject unknown keys, suggesting the closest known one."""
+    for key in d:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"{where}: unknown key {key!r}{hint} (known keys: {', '.join(sorted(allowed))})"
+            )
+
+
+def _mapping(v: Any, key: str) -> dict[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ValueError(f"{key}: expected a mapping, got {v!r}.")
+    return dict(v)
+
+
+def _int(v: Any, key: str, minimum: int) -> int:
+    """An integer setting (not a bool, a float with a fraction or a word), at least minimum."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise ValueError(f"{key}: {v!r} is not an integer.")
+    try:
+        f = float(v)
+    except ValueError:
+        raise ValueError(f"{key}: {v!r} is not an integer.") from None
+    if not f.is_integer():
+        raise ValueError(f"{key}: {v!r} is not an integer.")
+    if f < minimum:
+        raise ValueError(f"{key}: {v!r} must be at least {minimum}.")
+    return int(f)
+
+
+def _cluster(v: Any, base: Path) -> str | dict[str, Any] | None:
+    """A scheduler address, a cluster config file (relative to the pipeline file's folder),
+    or an inline cluster config limited to the documented settings."""
+    if v is None:
+        return None
+    if isinstance(v, dict):
+        from ..distributed import check_cluster_config
+
+        return check_cluster_config(v, "cluster")
+    text = str(v)
+    if text.endswith((".yaml", ".yml")):
+        return str(_resolve(text, base))
+    return text
 
 
 def _resolve(p: Any, base: Path) -> Path:
@@ -173,7 +297,13 @@ def _resolve(p: Any, base: Path) -> Path:
 
 def _subjects(raw: dict[str, Any], base: Path) -> list[SubjectFiles]:
     out: list[SubjectFiles] = []
-    for entry in raw.get("subjects") or []:
+    entries = raw.get("subjects") or []
+    if not isinstance(entries, list):
+        raise ValueError("subjects: a list of {id: ..., cifti|left+right|zarr: ...} entries.")
+    for j, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "id" not in entry:
+            raise ValueError(f"subjects[{j}]: a mapping with an 'id' key, got {entry!r}.")
+        _check_keys(entry, _SUBJECT_KEYS, f"subjects[{j}] ({entry['id']})")
         sid = str(entry["id"])
         ts = entry.get("time_slice")
         out.append(
@@ -186,7 +316,8 @@ def _subjects(raw: dict[str, Any], base: Path) -> list[SubjectFiles]:
                 time_slice=(int(ts[0]), int(ts[1])) if ts else None,
             )
         )
-    globs = raw.get("globs")
+    globs = _mapping(raw.get("globs"), "globs")
+    _check_keys(globs, _GLOB_KEYS, "globs")
     if globs:
         for key in ("cifti", "left"):
             if key in globs:

@@ -1,0 +1,122 @@
+"""A strict configuration: unknown keys and bad values fail at load time, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from lsd_dask import cli
+from lsd_dask.distributed import check_cluster_config
+from lsd_dask.pipeline import load_config
+from lsd_dask.pipeline.config import SVD_DEFAULTS
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A pipeline file over four tiny (empty) inputs: loading never reads them."""
+    for i in range(4):
+        for h in "LR":
+            (tmp_path / f"sub-{i}.{h}.func.gii").write_text("")
+    raw = {
+        "subjects": [
+            {"id": f"sub-{i}", "left": f"sub-{i}.L.func.gii", "right": f"sub-{i}.R.func.gii"}
+            for i in range(4)
+        ],
+        "mesh": {"left": "lh.surf.gii", "right": "rh.surf.gii"},
+        "ks": [5],
+        "svd": {"method": "randomized", "rank": 40, "n_power_iter": 3},
+    }
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    return tmp_path
+
+
+def _write(folder, **change):
+    raw = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    raw.update(change)
+    path = folder / "changed.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize(
+    "key, value, suggestion",
+    [("k", [10], "ks"), ("method", ["lsd"], "methods"), ("outptu", "x", "output")],
+)
+def test_misspelled_top_level_key_fails_with_a_suggestion(folder, key, value, suggestion):
+    with pytest.raises(ValueError, match=f"unknown key '{key}'; did you mean '{suggestion}'"):
+        load_config(_write(folder, **{key: value}))
+
+
+def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
+    with pytest.raises(ValueError, match="svd: unknown key 'n_power_iters'; did you mean"):
+        load_config(_write(folder, svd={"n_power_iters": 3}))
+    raw = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    raw["subjects"][1]["lefft"] = raw["subjects"][1].pop("left")
+    (folder / "p.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match=r"subjects\[1\] \(sub-1\): unknown key 'lefft'"):
+        load_config(folder / "p.yaml")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"ks": ["ten"]}, "ks: 'ten' is not an integer"),
+        ({"ks": [1]}, "ks: 1 must be at least 2"),
+        ({"ks": [7.5]}, "ks: 7.5 is not an integer"),
+        ({"svd": {"rank": 0}}, r"svd.rank: 0 must be at least 1"),
+        ({"svd": {"rank": True}}, "svd.rank: True is not an integer"),
+        ({"random_state": "seed"}, "random_state: 'seed' is not an integer"),
+        ({"methods": ["lsd", "wrad"]}, r"unknown method\(s\) \['wrad'\]"),
+        ({"splits": {"../../x": ["sub-0"], "b": ["sub-1"]}}, "split name '../../x'"),
+        ({"mesh": ["lh.surf.gii"]}, "mesh: expected a mapping"),
+    ],
+)
+def test_bad_values_name_their_key(folder, change, message):
+    with pytest.raises(ValueError, match=message):
+        load_config(_write(folder, **change))
+
+
+def test_one_file_under_two_ids(folder):
+    raw = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    raw["subjects"][3]["left"] = raw["subjects"][0]["left"]
+    (folder / "dup.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match="listed for subjects 'sub-0' and 'sub-3'"):
+        load_config(folder / "dup.yaml")
+    # two disjoint time slices of one run are two subjects legitimately
+    raw["subjects"][0]["time_slice"] = [0, 50]
+    raw["subjects"][3]["time_slice"] = [50, 100]
+    raw["subjects"][3]["right"] = raw["subjects"][0]["right"]
+    (folder / "halves.yaml").write_text(yaml.safe_dump(raw))
+    assert len(load_config(folder / "halves.yaml").subjects) == 4
+    raw["subjects"][3]["time_slice"] = [40, 100]
+    (folder / "overlap.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match="overlapping time points"):
+        load_config(folder / "overlap.yaml")
+
+
+def test_overrides_merge_into_the_svd_section(folder):
+    cfg = load_config(folder / "pipeline.yaml", svd={"rank": 25})
+    assert cfg.svd == {**SVD_DEFAULTS, "rank": 25, "n_power_iter": 3}  # the file's n_power_iter
+
+
+def test_cluster_settings_are_limited_and_paths_relative_to_the_file(folder):
+    with pytest.raises(ValueError, match="local.preload is not a documented local setting"):
+        load_config(_write(folder, cluster={"type": "local", "local": {"preload": ["x.py"]}}))
+    with pytest.raises(ValueError, match="did you mean 'n_workers'"):
+        check_cluster_config({"type": "local", "local": {"n_worker": 2}})
+    ok = load_config(_write(folder, cluster={"type": "local", "local": {"n-workers": 1}}))
+    assert ok.cluster == {"type": "local", "local": {"n-workers": 1}}
+    rel = load_config(_write(folder, cluster="configs/local.yaml"))
+    assert rel.cluster == str(folder / "configs" / "local.yaml")
+
+
+def test_cli_prints_one_line(folder):
+    path = _write(folder, k=[10])
+    res = CliRunner().invoke(cli.main, ["run", str(path)])
+    assert res.exit_code == 1
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ")
+    assert "did you mean 'ks'" in lines[0]
+    debug = CliRunner().invoke(cli.main, ["--debug", "run", str(path)])
+    assert isinstance(debug.exception, ValueError)
