@@ -90,7 +90,7 @@ def run(
 ) -> None:
     """Run the split-half parcellation pipeline described by PIPELINE (YAML)."""
     from .distributed import connect
-    from .pipeline import load_config, run_pipeline
+    from .pipeline import load_config, preflight, run_pipeline
 
     # merged key by key into the file's svd section
     svd = {k: v for k, v in {"rank": rank, "method": svd_method}.items() if v is not None}
@@ -101,6 +101,7 @@ def run(
         methods=list(methods) or None,
         svd=svd or None,
     )
+    preflight(cfg)  # headers, meshes and settings, before any cluster starts
     target = scheduler or (str(cluster_file) if cluster_file else None) or cfg.cluster
     with connect(target, log=click.echo):
         run_pipeline(cfg, log=click.echo)

@@ -21,6 +21,7 @@ noisy data (a 1 GB float32 array read once through dask's threads);
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ import zarr
 
 from .atomic import atomic_path
 
-__all__ = ["SplitStore", "write_split", "open_split", "vertex_chunk_for"]
+__all__ = ["SplitStore", "write_split", "open_split", "verify_split", "vertex_chunk_for"]
 
 _ARRAY = "data"
 
@@ -124,6 +125,9 @@ def write_split(
             dtype="float32",
             compressors=_compressors(compressor),
             fill_value=0.0,
+            # every chunk is stored, even all-zero ones, so that a missing chunk always
+            # means a store the reader cannot see, never data (see verify_split)
+            config={"write_empty_chunks": True},
         )
         col = 0
         ids: list[str] = []
@@ -131,6 +135,11 @@ def write_split(
         for j, (sid, x) in enumerate(subjects):
             t = tps[j] if tps is not None and j < len(tps) else None
             x = x.compute() if isinstance(x, da.Array) else np.asarray(x)
+            if not np.isfinite(x).all():
+                raise ValueError(
+                    f"subject {sid!r}: {int((~np.isfinite(x)).any(axis=1).sum())} vertices hold "
+                    f"NaN or inf values; nothing was written to {final}."
+                )
             expected_t = t if t is not None else t_max
             if x.shape != (n_vertices, expected_t):
                 raise ValueError(
@@ -177,6 +186,37 @@ def open_split(path: str | os.PathLike[str]) -> SplitStore:
         mesh=attrs.get("mesh"),
         path=p,
     )
+
+
+def verify_split(path: str | os.PathLike[str]) -> int:
+    """Check that a split store is complete *as seen from here*; return its chunk count.
+
+    Zarr reads a missing chunk as the fill value, so a reader that sees only part of the
+    store (a worker on another node, without the shared folder) would get zeros without an
+    error. Run this where the data will be read (for example as a task on the workers).
+    """
+    p = Path(path)
+    where = f"{p} (as seen from {platform.node()})"
+    if not p.exists():
+        raise FileNotFoundError(
+            f"split store {where} does not exist: the work folder must be shared with the "
+            "Dask workers."
+        )
+    try:
+        group = zarr.open_group(str(p), mode="r")
+        arr = group[_ARRAY]
+        complete = bool(group.attrs.get("complete"))
+    except (KeyError, FileNotFoundError, ValueError) as err:
+        raise ValueError(f"split store {where} cannot be opened ({err}); rewrite it.") from None
+    if not complete:
+        raise ValueError(f"split store {where} lacks its completion mark; rewrite it.")
+    found, expected = int(arr.nchunks_initialized), int(arr.nchunks)
+    if found != expected:
+        raise ValueError(
+            f"split store {where} has {found} of its {expected} chunks: the work folder must "
+            "be shared with the Dask workers, completely."
+        )
+    return expected
 
 
 def _compressors(name: str | None) -> Any:

@@ -40,7 +40,7 @@ from ..io.surface_files import (
     write_dlabel,
     write_label_gifti,
 )
-from ..io.zarr_store import open_split, write_split
+from ..io.zarr_store import open_split, verify_split, write_split
 from ..linalg import randomized_svd, streaming_svd
 from ..similarity import unit_rows
 from ..surface import Mesh, grow_sized_regions, mesh_adjacency, split_connected
@@ -141,7 +141,13 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
     sizes = [meshes[h].n_vertices for h in HEMISPHERES]
     # headers only: vertex counts of every subject against the meshes
     for s in cfg.subjects:
-        counts = _vertex_counts(s)
+        try:
+            counts = _vertex_counts(s)
+        except Exception as err:  # nibabel and zarr raise many kinds on a damaged file
+            raise ValueError(
+                f"subject {s.subject}: cannot read the header of "
+                f"{', '.join(str(p) for p in s.paths())} ({type(err).__name__}: {err})."
+            ) from err
         if counts != sizes:
             raise ValueError(
                 f"subject {s.subject} has {counts} vertices per hemisphere but the meshes have "
@@ -208,7 +214,14 @@ def _stage_mask(cfg: PipelineConfig, wd: WorkDir, sizes: list[int], log: Log) ->
                 "fix the data, or set `nonfinite: mask` to drop those vertices."
             )
         xs = np.where(finite, x, 0.0)
-        constant = xs.std(axis=1) == 0
+        # exactly constant, with no arithmetic: a float32 std of a constant 0.1 is not 0,
+        # and such a vertex would divide by ~0 in ingest
+        constant = np.ptp(xs, axis=1) == 0
+        if constant.all():
+            raise ValueError(
+                f"subject {s.subject}: every vertex is constant (empty or all-zero data?) in "
+                f"{', '.join(str(p) for p in s.paths())}."
+            )
         per_subject[s.subject] = {
             "constant": int(constant.sum()),
             "nonfinite": int(nonfinite.sum()),
@@ -265,6 +278,7 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
     if wd.is_current(f"svd/{split}", key, [u_path, s_path]):
         log(f"[svd] {split} done earlier, skipped")
         return {"rank": int(np.load(s_path).size), "method": cfg.svd.get("method")}
+    _verify_on_workers(wd.store(split))
     st = open_split(wd.store(split))
     n, m = st.data.shape
     rank = int(min(cfg.svd.get("rank", 1000), n, m))
@@ -288,6 +302,13 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
             random_state=cfg.random_state,
         )
         U = U.compute()
+    U, s = np.asarray(U), np.asarray(s)
+    if not (np.isfinite(U).all() and np.isfinite(s).all()) or not np.any(s > 0):
+        raise ValueError(
+            f"the SVD of {split} is all-zero or non-finite: the data read from "
+            f"{wd.store(split)} are not what ingest wrote (is the work folder shared with "
+            "every worker?)."
+        )
     atomic_save_npy(u_path, np.asarray(U, np.float32))
     atomic_save_npy(s_path, np.asarray(s, np.float64))
     wd.record(f"svd/{split}", key)
@@ -297,6 +318,20 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
         "seconds": time.perf_counter() - t0,
         "top_singular_values": [float(v) for v in np.asarray(s)[:10]],
     }
+
+
+def _verify_on_workers(store: Path) -> None:
+    """The split store complete as every worker sees it (a missing chunk would read as 0)."""
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is None:
+        verify_split(store)
+    else:
+        client.run(verify_split, str(store))
 
 
 #: features smaller than this are clustered in memory: a cluster round trip per iteration

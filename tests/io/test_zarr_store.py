@@ -96,3 +96,26 @@ def test_lz4_codec(tmp_path):
     subs = _subjects()
     p = write_split(tmp_path / "c.zarr", subs, n_vertices=50, timepoints=8, compressor="lz4")
     np.testing.assert_array_equal(open_split(p).data[:, 8:16].compute(), subs[1][1])
+
+
+def test_verify_split_counts_every_chunk(tmp_path):
+    from lsd_dask.io.zarr_store import verify_split
+
+    subs = _subjects(n=45)
+    subs[1] = ("sub-1", np.zeros((45, 8), np.float32))  # all-zero chunks are stored too
+    p = write_split(tmp_path / "s.zarr", iter(subs), n_vertices=45, timepoints=8, vertex_chunk=16)
+    assert verify_split(p) == 9
+    chunk = next(f for f in sorted((p / "data" / "c").rglob("*")) if f.is_file())
+    chunk.unlink()  # what a reader without the whole folder sees
+    with pytest.raises(ValueError, match="has 8 of its 9 chunks: the work folder must be shared"):
+        verify_split(p)
+    with pytest.raises(FileNotFoundError, match="must be shared with the Dask workers"):
+        verify_split(tmp_path / "elsewhere.zarr")
+
+
+def test_non_finite_subject_refused_and_nothing_written(tmp_path):
+    subs = _subjects()
+    subs[2][1][4, 3] = np.nan
+    with pytest.raises(ValueError, match="subject 'sub-2': 1 vertices hold NaN or inf"):
+        write_split(tmp_path / "s.zarr", iter(subs), n_vertices=50, timepoints=8)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,95 @@
+"""Data the workers read are the data ingest wrote; edge-case vertices and subjects."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from lsd_dask.distributed import connect
+from lsd_dask.io.surface_files import read_hemisphere, write_func_gifti
+from lsd_dask.pipeline import load_config, run_pipeline, write_study
+from lsd_dask.surface import two_hemisphere_mesh
+from lsd_dask.testing import surface_study
+
+
+@pytest.fixture
+def folder(tmp_path):
+    study = surface_study(
+        two_hemisphere_mesh(5, 6, radius=50.0),
+        n_parcels=6,
+        n_subjects=(2, 2),
+        n_timepoints=40,
+        medial_wall_fraction=0.1,
+        noise_std=0.7,
+        random_state=4,
+    )
+    write_study(study, tmp_path, fmt="gifti")
+    return tmp_path, study
+
+
+def _cfg(folder, out):
+    return load_config(
+        folder / "pipeline.yaml",
+        output=str(out),
+        ks=[4],
+        methods=["spherical_kmeans"],
+        svd={"rank": 10},
+        min_region_size=2,
+        null_repeats=1,
+    )
+
+
+def _first_left(folder):
+    raw = yaml.safe_load((folder / "pipeline.yaml").read_text())
+    return raw["subjects"][0]["id"], folder / raw["subjects"][0]["left"]
+
+
+def test_a_store_the_workers_see_in_part_fails_naming_the_folder(folder, tmp_path):
+    data, _ = folder
+    cfg = _cfg(data, tmp_path / "out")
+    run_pipeline(cfg, log=lambda s: None)
+    store = cfg.output / "work" / "split1.zarr"
+    for f in sorted((store / "data" / "c").rglob("*"))[:2]:
+        if f.is_file():
+            f.unlink()
+    (cfg.output / "work" / "stamps" / "svd__split1.json").unlink()  # the SVD must rerun
+    # two worker processes of a real cluster check the store before the SVD reads it
+    with connect({"type": "local", "local": {"n_workers": 2, "threads_per_worker": 1}}, log=None):
+        with pytest.raises(ValueError, match=f"split store {store} .*chunks: the work folder"):
+            run_pipeline(cfg, log=lambda s: None)
+
+
+def test_constant_vertex_inexact_in_float32_is_masked(folder, tmp_path):
+    data, study = folder
+    sid, left = _first_left(data)
+    x = read_hemisphere(left)
+    x[3] = np.float32(100.3)  # float32 std of this row is 2e-5, not 0
+    write_func_gifti(left, x, hemisphere="left")
+    report = run_pipeline(_cfg(data, tmp_path / "out"), log=lambda s: None)
+    expected = int((study.labels == 0).sum()) + int(study.labels[3] != 0)
+    assert report["mask"]["per_subject"][sid]["constant"] == expected
+    assert all(np.isfinite(r["dice"]) for r in report["scores"])
+
+
+def test_all_zero_subject_is_named(folder, tmp_path):
+    data, _ = folder
+    sid, left = _first_left(data)
+    raw = yaml.safe_load((data / "pipeline.yaml").read_text())
+    right = data / raw["subjects"][0]["right"]
+    for path, hemi in ((left, "left"), (right, "right")):
+        write_func_gifti(path, np.zeros_like(read_hemisphere(path)), hemisphere=hemi)
+    with pytest.raises(ValueError, match=f"subject {sid}: every vertex is constant"):
+        run_pipeline(_cfg(data, tmp_path / "out"), log=lambda s: None)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_damaged_file_is_named_before_any_work(folder, tmp_path, damage):
+    data, _ = folder
+    sid, left = _first_left(data)
+    raw = left.read_bytes()
+    left.write_bytes(raw[: len(raw) // 2] if damage == "truncated" else b"\x00\x01not xml")
+    cfg = _cfg(data, tmp_path / "out")
+    with pytest.raises(ValueError, match=f"subject {sid}: cannot read the header of {left}"):
+        run_pipeline(cfg, log=lambda s: None)
+    assert not (cfg.output / "work").exists()
