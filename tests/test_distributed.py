@@ -58,15 +58,12 @@ def test_hierarchical_splits_as_futures_on_workers(proc_cluster, grid):
     local = HierarchicalLSD(10).fit(X)
     with connect(proc_cluster.address, log=None) as client:
         client.wait_for_workers(2, timeout=60)
-        before = sum(
-            len(v) for v in client.run(lambda dask_worker: list(dask_worker.state.log)).values()
-        )
         remote = HierarchicalLSD(10).fit(X)
-        # the splits ran as tasks on the workers
+        # the splits ran as tasks on the workers: 9 splits make 10 leaves, and more may
+        # have run speculatively
         logs = client.run(lambda dask_worker: [str(e[0]) for e in dask_worker.state.log])
-        ran = [name for entries in logs.values() for name in entries if "_split_leaf" in name]
-        assert ran, "no leaf split ran on a worker"
-        assert before >= 0
+        ran = {name for entries in logs.values() for name in entries if "_split_leaf" in name}
+        assert len(ran) >= len(remote.tree_) == 9
     np.testing.assert_array_equal(local.labels_, remote.labels_)
     assert local.tree_ == remote.tree_
 

@@ -6,8 +6,15 @@ from sklearn.base import clone
 
 from lsd_dask import metrics
 from lsd_dask.cluster import LSD, HierarchicalLSD
-from lsd_dask.cluster.lsd import _similarity_operator, lsd_scale, rotate_simplex
+from lsd_dask.cluster.lsd import (
+    _lsd,
+    _similarity_operator,
+    _SimilarityOperator,
+    lsd_scale,
+    rotate_simplex,
+)
 from lsd_dask.linalg.rotations import rotate_givens
+from lsd_dask.similarity import SimilarityFactor
 from lsd_dask.testing import brain_grid, lsdable_similarity
 
 
@@ -41,10 +48,13 @@ def test_lsdable_recovered_exactly(k):
 def test_lsdable_from_features_equals_precomputed(k):
     d = lsdable_similarity(120, k, random_state=10 + k)
     a = LSD(k, similarity="precomputed", max_iter=2000, tol=0).fit(d.K)
-    # cosine of the rows of P^T is not P^T P, so use a 'precomputed' factor check instead:
-    op = _similarity_operator(d.features, "cosine", gamma=None, n_landmarks=10, rng=None)
-    assert op.factor is not None
     assert metrics.ari(a.labels_, d.labels) == 1.0
+    # the same K given as its factor F = P^T (K = F F^T, never formed): the solver's
+    # factor path recovers the planted clustering too, with the same objective
+    op = _SimilarityOperator(n=d.K.shape[0], factor=SimilarityFactor(d.features, "factor"))
+    res = _lsd(op, k, solver="rotation", max_iter=2000, tol=0, rng=np.random.default_rng(0))
+    assert metrics.ari(res.P.argmax(axis=1), d.labels) == 1.0
+    assert res.objective == pytest.approx(a.objective_, abs=1e-8 * np.sum(d.K**2))
 
 
 def test_rotate_simplex_never_increases_J(rng):

@@ -114,8 +114,11 @@ def test_moved_subjects_recompute_ingest_not_the_mask(folder, tmp_path):
     raw = yaml.safe_load((folder / "pipeline.yaml").read_text())
     a, b = raw["splits"]["split1"], raw["splits"]["split2"]
     _run(folder, out)
+    left = out / "work" / ".split1.partial-0badf00d.zarr"  # what a killed ingest leaves
+    (left / "data").mkdir(parents=True)
     moved = {"split1": [a[0], b[0]], "split2": [a[1], b[1]]}
     report, labels, logs = _run(folder, out, splits=moved)
+    assert not left.exists() and any("removed .split1.partial-" in line for line in logs)
     assert _recomputed(logs) == {"ingest", "svd", "cluster"}
     assert any("ingest/split1: recomputing (changed: subjects" in line for line in logs)
     _same_as_fresh(folder, tmp_path, labels, report, splits=moved)
