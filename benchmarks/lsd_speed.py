@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=1000)
     ap.add_argument("--timepoints", type=int, default=400)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--max-iter", type=int, default=None, help="LSD's max_iter (default: its own).")
     args = ap.parse_args()
     warnings.simplefilter("ignore", ConvergenceWarning)
     study = realistic_study(n_timepoints=args.timepoints, random_state=0)
@@ -40,9 +41,10 @@ def main() -> None:
     F = features(study, "split1", args.rank, 0)
     print(f"features {F.shape[0]} x {F.shape[1]} in {time.perf_counter() - t0:.1f} s")
     k = args.k
+    lsd_kw = {} if args.max_iter is None else {"max_iter": args.max_iter}
     estimators = {
         "spherical_kmeans": lambda s: cluster.SphericalKMeans(k, random_state=s),
-        "lsd": lambda s: cluster.LSD(k, random_state=s),
+        "lsd": lambda s: cluster.LSD(k, random_state=s, **lsd_kw),
         "hierarchical_lsd": lambda s: cluster.HierarchicalLSD(k, random_state=s),
     }
     print("| method | seed | NMI | s per fit | iterations |")
