@@ -72,11 +72,12 @@ class LSD(ClusterBase):
         subsample of 1000 rows.
     n_landmarks : int, default=1000
         Nyström landmarks for RBF on large or dask input.
-    max_iter : int, default=100
-        Iterations of Rotate_Simplex or of the multiplicative updates. On the realistic
-        32k-surface study at K = 100 (58,558 × 100 features) Rotate_Simplex does not meet
-        ``tol`` in 500 iterations, and the refined labels are no better for them: NMI
-        against the atlas 0.830 after 50 iterations (17 s), 0.827 after 500 (169 s).
+    max_iter : int or None, default=None
+        Iterations of Rotate_Simplex or of the multiplicative updates. None: 25 when the
+        partition is refined, 100 when it is not. On the realistic 32k-surface study
+        Rotate_Simplex never meets ``tol``, and the refined labels do not need the
+        iterations (K = 200, 58,558 × 1,000 features: NMI 0.913 after 25 iterations, 0.912
+        after 50, 0.913 after 100), while the unrefined ones do (0.567, 0.581, ...).
     tol : float, default=1e-8
         Relative decrease under which iterations stop.
     refine : {"auto", "spherical_kmeans"} or None, default="auto"
@@ -116,7 +117,7 @@ class LSD(ClusterBase):
         "similarity": [frozenset(SIMILARITIES)],
         "gamma": [None, ("real", 0, None)],
         "n_landmarks": [("int", 2, None)],
-        "max_iter": [("int", 0, None)],
+        "max_iter": [None, ("int", 0, None)],
         "tol": [("real", 0, None)],
         "refine": [REFINE_OPTIONS, None],
         "refine_iter": [("int", 0, None)],
@@ -131,7 +132,7 @@ class LSD(ClusterBase):
         similarity: str = "cosine",
         gamma: float | None = None,
         n_landmarks: int = 1000,
-        max_iter: int = 100,
+        max_iter: int | None = None,
         tol: float = 1e-8,
         refine: str | None = "auto",
         refine_iter: int = 100,
@@ -156,7 +157,11 @@ class LSD(ClusterBase):
             X, self.similarity, gamma=self.gamma, n_landmarks=self.n_landmarks, rng=rng
         )
         k = check_n_clusters(self.n_clusters, op.n)
-        res = _lsd(op, k, solver=self.solver, max_iter=self.max_iter, tol=self.tol, rng=rng)
+        refining = (
+            self.refine is not None and self.similarity != "precomputed" and self.refine_iter > 0
+        )
+        max_iter = self.max_iter if self.max_iter is not None else (25 if refining else 100)
+        res = _lsd(op, k, solver=self.solver, max_iter=max_iter, tol=self.tol, rng=rng)
         self.probabilities_ = res.P.T
         self.lsd_labels_ = res.P.argmax(axis=1)
         refined = refined_labels(

@@ -182,7 +182,9 @@ def _nearest_centre(X, labels, k):
     return (F @ C.T).argmax(axis=1)
 
 
-@pytest.mark.parametrize("est", [LSD(5, random_state=0), HierarchicalLSD(5, random_state=0)])
+@pytest.mark.parametrize(
+    "est", [LSD(5, max_iter=50, random_state=0), HierarchicalLSD(5, random_state=0)]
+)
 def test_refined_partition_is_a_spherical_kmeans_fixed_point(est):
     X, truth, _ = brain_grid(snr_db=-3, n_features=20, n_regions=5, shape=(16, 16), random_state=2)
     est.fit(X)
@@ -192,6 +194,16 @@ def test_refined_partition_is_a_spherical_kmeans_fixed_point(est):
     assert metrics.nmi(truth, est.labels_) >= metrics.nmi(truth, paper) - 1e-12
     plain = clone(est).set_params(refine=None).fit(X)
     np.testing.assert_array_equal(plain.labels_, paper)
+
+
+def test_default_iterations_depend_on_refinement():
+    X, _, _ = brain_grid(snr_db=-3, n_features=20, n_regions=5, shape=(16, 16), random_state=2)
+    for refine, expected in (("auto", 25), (None, 100)):
+        # tol=0: the iteration count is the cap unless the fit is exact
+        m = LSD(5, refine=refine, tol=0.0, random_state=0).fit(X)
+        assert m.n_iter_ == expected
+        same = LSD(5, refine=refine, tol=0.0, max_iter=expected, random_state=0).fit(X)
+        np.testing.assert_array_equal(m.lsd_labels_, same.lsd_labels_)
 
 
 def test_refine_needs_features():
