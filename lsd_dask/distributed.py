@@ -23,6 +23,7 @@ import yaml
 from distributed import Client, LocalCluster
 
 __all__ = [
+    "active_client",
     "connect",
     "load_cluster_config",
     "check_cluster_config",
@@ -71,6 +72,16 @@ class ManagedClient(Client):
         if cluster is not None:
             cluster.close()
         return out
+
+
+def active_client() -> Client | None:
+    """The distributed client this process is working with, or None (dask's threads)."""
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except ValueError:  # no client in this process
+        return None
 
 
 def load_cluster_config(path: str | os.PathLike[str]) -> dict[str, Any]:

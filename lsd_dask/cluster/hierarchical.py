@@ -22,6 +22,7 @@ import dask.array as da
 import numpy as np
 
 from .._validation import check_n_clusters, check_random_state, is_dask, warn
+from ..distributed import active_client
 from ..similarity import SIMILARITIES, SimilarityFactor
 from ._base import ClusterBase, _n_features
 from ._refine import REFINE_OPTIONS, refined_labels
@@ -201,7 +202,7 @@ class _SplitRunner:
 
     def __init__(self, data: np.ndarray, dense: bool) -> None:
         self.dense = dense
-        self.client = _active_client()
+        self.client = active_client()
         if self.client is not None:
             [self.data] = self.client.scatter([data], broadcast=True, hash=False)
         else:
@@ -220,15 +221,6 @@ class _SplitRunner:
     def close(self) -> None:
         if self.client is not None:
             self.client.cancel([self.data])
-
-
-def _active_client() -> Any:
-    try:
-        from distributed import get_client
-
-        return get_client()
-    except (ImportError, ValueError):
-        return None
 
 
 def _split_leaf(

@@ -32,6 +32,7 @@ import dask.array as da
 import numpy as np
 
 from .. import __version__, metrics
+from ..distributed import active_client
 from ..io.atomic import atomic_save_npy, atomic_write_text
 from ..io.surface_files import (
     HEMISPHERES,
@@ -322,12 +323,7 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
 
 def _verify_on_workers(store: Path) -> None:
     """The split store complete as every worker sees it (a missing chunk would read as 0)."""
-    try:
-        from distributed import get_client
-
-        client = get_client()
-    except (ImportError, ValueError):
-        client = None
+    client = active_client()
     if client is None:
         verify_split(store)
     else:

@@ -8,24 +8,12 @@ import yaml
 
 from lsd_dask.distributed import connect
 from lsd_dask.io.surface_files import read_hemisphere, write_func_gifti
-from lsd_dask.pipeline import load_config, run_pipeline, write_study
-from lsd_dask.surface import two_hemisphere_mesh
-from lsd_dask.testing import surface_study
+from lsd_dask.pipeline import load_config, run_pipeline
 
 
 @pytest.fixture
-def folder(tmp_path):
-    study = surface_study(
-        two_hemisphere_mesh(5, 6, radius=50.0),
-        n_parcels=6,
-        n_subjects=(2, 2),
-        n_timepoints=40,
-        medial_wall_fraction=0.1,
-        noise_std=0.7,
-        random_state=4,
-    )
-    write_study(study, tmp_path, fmt="gifti")
-    return tmp_path, study
+def folder(tmp_path, write_tiny_study):
+    return tmp_path, write_tiny_study(tmp_path, random_state=4)
 
 
 def _cfg(folder, out):

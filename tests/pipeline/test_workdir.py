@@ -9,10 +9,8 @@ import pytest
 import yaml
 
 from lsd_dask.io.surface_files import read_hemisphere, write_func_gifti
-from lsd_dask.pipeline import load_config, run_pipeline, write_study
+from lsd_dask.pipeline import load_config, run_pipeline
 from lsd_dask.pipeline.workdir import WorkDir
-from lsd_dask.surface import two_hemisphere_mesh
-from lsd_dask.testing import surface_study
 
 
 def test_stamp_records_key_and_a_change_says_what_changed(tmp_path):
@@ -43,18 +41,9 @@ def test_output_without_a_stamp_is_not_trusted(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    study = surface_study(
-        two_hemisphere_mesh(5, 6, radius=50.0),
-        n_parcels=6,
-        n_subjects=(2, 2),
-        n_timepoints=40,
-        medial_wall_fraction=0.1,
-        noise_std=0.7,
-        random_state=3,
-    )
+def folder(tmp_path_factory, write_tiny_study):
     path = tmp_path_factory.mktemp("study")
-    write_study(study, path, fmt="gifti")
+    write_tiny_study(path, random_state=3)
     return path
 
 

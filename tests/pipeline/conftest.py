@@ -1,0 +1,33 @@
+"""Shared helpers for the pipeline tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lsd_dask.pipeline import write_study
+from lsd_dask.surface import two_hemisphere_mesh
+from lsd_dask.testing import SurfaceStudy, surface_study
+
+
+@pytest.fixture(scope="session")
+def write_tiny_study() -> Callable[[Path, int], SurfaceStudy]:
+    """Writes a tiny study to a folder; see :func:`_write_tiny_study`."""
+    return _write_tiny_study
+
+
+def _write_tiny_study(folder: Path, random_state: int) -> SurfaceStudy:
+    """A 2 + 2-subject GIFTI study on a small two-hemisphere mesh, written to ``folder``."""
+    study = surface_study(
+        two_hemisphere_mesh(5, 6, radius=50.0),
+        n_parcels=6,
+        n_subjects=(2, 2),
+        n_timepoints=40,
+        medial_wall_fraction=0.1,
+        noise_std=0.7,
+        random_state=random_state,
+    )
+    write_study(study, folder, fmt="gifti")
+    return study
