@@ -233,7 +233,15 @@ def _split_leaf(
         op = _SimilarityOperator(n=idx.size, factor=SimilarityFactor(data[idx], "leaf"))
     try:
         with np.errstate(all="ignore"):
-            res = _lsd(op, 2, solver="rotation", max_iter=0, tol=0.0, rng=np.random.default_rng(0))
+            res = _lsd(
+                op,
+                2,
+                solver="rotation",
+                max_iter=0,
+                tol=0.0,
+                rng=np.random.default_rng(0),
+                score=False,
+            )
     except (ValueError, np.linalg.LinAlgError):
         return None
     side = np.asarray(res.P[:, 1] > res.P[:, 0])
@@ -249,7 +257,7 @@ def _leaf_similarity(data: np.ndarray, dense: bool, idx: np.ndarray) -> float:
         sub = data[np.ix_(idx, idx)]
         total = (sub.sum() + np.trace(sub)) / 2.0
     else:
-        F = data[idx].astype(np.float64, copy=False)
-        s = F.sum(axis=0)
-        total = (s @ s + np.einsum("ij,ij->", F, F)) / 2.0
+        F = data[idx]
+        s = F.sum(axis=0, dtype=np.float64)
+        total = (s @ s + float(np.sum(np.einsum("ij,ij->i", F, F), dtype=np.float64))) / 2.0
     return float(2.0 * total / (n * (n + 1)))

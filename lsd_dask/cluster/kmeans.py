@@ -74,8 +74,9 @@ class _Lloyd(ClusterBase):
         n_iter = 0
         converged = False
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - reported
-            new_labels, score = self._assign(X, C)
-            new_labels, score = compute(new_labels, score.sum())
+            # centres in X's precision: a float64 C would upcast all of a float32 X
+            new_labels, score = self._assign(X, C.astype(X.dtype, copy=False))
+            new_labels, score = compute(new_labels, score.sum(dtype=np.float64))
             new_labels = np.asarray(new_labels, np.int64)
             self.inertia_history_.append(float(score))
             C_new = self._centres(X, new_labels, C, k, rng)
@@ -100,7 +101,8 @@ class _Lloyd(ClusterBase):
         self._check_fitted()
         X = check_array(X)
         self._check_n_features(X)
-        return self._assign(self._prepare(X), self.cluster_centers_)[0]
+        X = self._prepare(X)
+        return self._assign(X, self.cluster_centers_.astype(X.dtype, copy=False))[0]
 
     # hooks ------------------------------------------------------------------
     def _prepare(self, X: Any) -> Any:
