@@ -9,6 +9,7 @@ Connectome Workbench and nilearn open: ``.label.gii`` per hemisphere and ``.dlab
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,12 +73,21 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
     for p in files.paths():
         if not Path(p).exists():
             raise FileNotFoundError(f"subject {files.subject}: {p} does not exist.")
-    if files.zarr is not None:
-        x, sizes = read_zarr_subject(Path(files.zarr))
-    elif files.cifti is not None:
-        x, sizes = _load_cifti(Path(files.cifti))
-    else:
-        parts = [read_hemisphere(Path(getattr(files, h))) for h in HEMISPHERES if getattr(files, h)]
+    try:
+        if files.zarr is not None:
+            x, sizes = read_zarr_subject(Path(files.zarr))
+        elif files.cifti is not None:
+            x, sizes = _load_cifti(Path(files.cifti))
+        else:
+            parts = [
+                read_hemisphere(Path(getattr(files, h))) for h in HEMISPHERES if getattr(files, h)
+            ]
+    except (OSError, EOFError, zlib.error) as err:  # a file damaged past its header
+        where = ", ".join(str(p) for p in files.paths())
+        raise ValueError(
+            f"subject {files.subject}: cannot read {where} ({type(err).__name__}: {err})."
+        ) from err
+    if files.zarr is None and files.cifti is None:
         ts = {p.shape[1] for p in parts}
         if len(ts) != 1:
             raise ValueError(f"subject {files.subject}: hemispheres have different lengths {ts}.")

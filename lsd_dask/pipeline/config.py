@@ -124,8 +124,9 @@ class PipelineConfig:
         unknown = sorted((a | b) - set(ids))
         if unknown:
             raise ValueError(f"split(s) name unknown subject(s): {unknown}.")
-        if any(len(v) == 0 for v in splits.values()):
-            raise ValueError("each split needs at least one subject.")
+        empty = [name for name, v in splits.items() if len(v) == 0]
+        if empty:
+            raise ValueError(f"split {empty[0]!r} has no subjects; each split needs at least one.")
         for name in splits:
             if not _SPLIT_NAME.match(str(name)):
                 raise ValueError(

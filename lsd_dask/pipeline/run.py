@@ -77,6 +77,14 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
         f"(constant or non-finite in some subject)"
     )
 
+    n_kept = int(kept.sum())
+    for k in cfg.ks:
+        if k > n_kept:
+            raise ValueError(
+                f"K={k} is larger than the {n_kept} unmasked vertices (of {kept.size}); "
+                "lower ks (--k)."
+            )
+
     t0 = time.perf_counter()
     for split, ids in splits.items():
         _stage_ingest(split, [by_id[i] for i in ids], kept, wd, log)
@@ -87,10 +95,6 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     timings["svd"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    n_kept = int(kept.sum())
-    for k in cfg.ks:
-        if k > n_kept:
-            raise ValueError(f"K={k} is larger than the {n_kept} unmasked vertices.")
     jobs = [(split, m, k) for split in splits for m in cfg.methods for k in cfg.ks]
     features: dict[str, Any] = {}  # loaded on first need: a resumed run may need none
     for i, (split, method, k) in enumerate(jobs, 1):
@@ -509,6 +513,7 @@ def _vertex_counts(s: Any) -> list[int]:
         img = nib.load(str(s.cifti))
         if not isinstance(img, cifti2.Cifti2Image):
             raise ValueError(f"{s.cifti} is not a CIFTI-2 file.")
+        _check_payload(img, s.cifti)
         bm = img.header.get_axis(1)
         names = {"CIFTI_STRUCTURE_CORTEX_LEFT": 0, "CIFTI_STRUCTURE_CORTEX_RIGHT": 1}
         counts = [0, 0]
@@ -522,8 +527,24 @@ def _vertex_counts(s: Any) -> list[int]:
         if str(p).lower().endswith(".gii"):
             counts.append(int(img.darrays[0].data.shape[0]))
         else:
+            _check_payload(img, p)
             counts.append(int(img.shape[0]))
     return counts
+
+
+def _check_payload(img: Any, path: Any) -> None:
+    """An uncompressed image shorter than its header promises is truncated: say so from the
+    header, before the mask stage reads the data."""
+    proxy = getattr(img, "dataobj", None)
+    offset = getattr(proxy, "offset", None)
+    if offset is None or str(path).lower().endswith((".gz", ".mgz")):
+        return
+    need = int(offset) + int(np.prod(proxy.shape)) * np.dtype(proxy.dtype).itemsize
+    have = os.path.getsize(path)
+    if have < need:
+        raise ValueError(
+            f"{path} is truncated: its header describes {need} bytes, the file has {have}."
+        )
 
 
 def _bar(i: int, n: int, width: int = 20) -> str:

@@ -1,0 +1,378 @@
+"""54 bad inputs through ``lsd-dask run``, one case each.
+
+Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
+breaks one thing and runs the command line. An input that should run, runs: constant
+vertices are masked, a rank above the time points is clamped with a warning. Every other
+input fails with one ``Error:`` line that names the problem and the file, subject or key,
+and leaves no stamp, store, label or report that a later run would reuse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from lsd_dask import cli
+from lsd_dask.io.surface_files import write_func_gifti
+from lsd_dask.pipeline import write_study
+from lsd_dask.surface import two_hemisphere_mesh
+from lsd_dask.testing import surface_study
+from lsd_dask.testing.processes import ProcessCluster
+
+N_LEFT, N_RIGHT = 252, 362  # two_hemisphere_mesh(5, 6)
+T = 40
+
+
+@dataclass
+class Case:
+    """One bad input: how to make it, the extra CLI arguments and what must happen."""
+
+    make: Callable[[Path, dict[str, Any]], None] = lambda d, raw: None
+    args: list[str] = field(default_factory=list)
+    error: str | None = None  # regex the Error line must match; None: the run succeeds
+    fmt: str = "gifti"
+    out: bool = True  # pass --out
+
+
+def _study(frequency: tuple[int, int] = (5, 6), seed: int = 0) -> Any:
+    return surface_study(
+        two_hemisphere_mesh(*frequency, radius=50.0),
+        n_parcels=6,
+        n_subjects=(3, 3),
+        n_timepoints=T,
+        medial_wall_fraction=0.1,
+        noise_std=0.7,
+        random_state=seed,
+    )
+
+
+@pytest.fixture(scope="module")
+def scheduler_address(tmp_path_factory):
+    """A real scheduler and two workers, separate processes on 127.0.0.1."""
+    c = ProcessCluster(tmp_path_factory.mktemp("dask"))
+    yield c.address
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory) -> dict[str, Path]:
+    """The valid studies, written once; every case copies one."""
+    root = tmp_path_factory.mktemp("bad_inputs")
+    out = {}
+    for fmt in ("gifti", "cifti"):
+        path = write_study(_study(), root / fmt, fmt=fmt, rank=20)
+        raw = yaml.safe_load(path.read_text())
+        raw.update(ks=[4], min_region_size=3, null_repeats=2)
+        raw.pop("output")
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        out[fmt] = root / fmt
+    other = write_study(_study((4, 5), seed=1), root / "other", fmt="gifti", rank=20)
+    out["other"] = other.parent
+    return out
+
+
+# --------------------------------------------------------------------------- edits
+
+
+def _gifti(d: Path, sid: str, hemi: str) -> Path:
+    return d / f"{sid}.{hemi}.func.gii"
+
+
+def _edit_gifti(sid: str, hemi: str, change: Callable[[np.ndarray], np.ndarray]):
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        path = _gifti(d, sid, hemi)
+        img = nib.load(str(path))
+        x = np.column_stack([a.data for a in img.darrays])
+        write_func_gifti(path, change(x.copy()), hemisphere="left" if hemi == "L" else "right")
+
+    return make
+
+
+def _set(sid: str, hemi: str, value: float, vertex: int = 100, t: int | None = 10):
+    def change(x: np.ndarray) -> np.ndarray:
+        if t is None:
+            x[vertex, :] = value
+        else:
+            x[vertex, t] = value
+        return x
+
+    return _edit_gifti(sid, hemi, change)
+
+
+def _both(*makes):
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        for m in makes:
+            m(d, raw)
+
+    return make
+
+
+def _raw(change: Callable[[dict[str, Any]], None]):
+    return lambda d, raw: change(raw)
+
+
+def _cut(name: str, fraction: float):
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        data = (d / name).read_bytes()
+        (d / name).write_bytes(data[: int(len(data) * fraction)])
+
+    return make
+
+
+def _overwrite(name: str, start: float, data: bytes):
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        buf = bytearray((d / name).read_bytes())
+        at = int(len(buf) * start)
+        buf[at : at + len(data)] = data
+        (d / name).write_bytes(bytes(buf))
+
+    return make
+
+
+def _corrupt_base64(name: str):
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        text = (d / name).read_text()
+        at = text.index("<Data>") + 200
+        (d / name).write_text(text[:at] + "A!" * 100 + text[at + 200 :])
+
+    return make
+
+
+def _rm(name: str):
+    return lambda d, raw: (d / name).unlink()
+
+
+def _int_gifti(d: Path, raw: dict[str, Any]) -> None:
+    for path in d.glob("*.func.gii"):
+        img = nib.load(str(path))
+        x = np.column_stack([a.data for a in img.darrays])
+        hemi = "left" if ".L." in path.name else "right"
+        write_func_gifti(path, np.round(100 * x).astype(np.int32), hemisphere=hemi)
+
+
+def _short(sid: str, hemis: str, t: int):
+    return _both(*[_edit_gifti(sid, h, lambda x: x[:, :t]) for h in hemis])
+
+
+def _other_subject(d: Path, raw: dict[str, Any]) -> None:
+    # sub-005 from a study on another mesh
+    other = d.parent / "other_copy"
+    for h in "LR":
+        shutil.copy(other / f"sub-005.{h}.func.gii", _gifti(d, "sub-005", h))
+
+
+def _other_mesh(d: Path, raw: dict[str, Any]) -> None:
+    shutil.copy(d.parent / "other_copy" / "lh.surf.gii", d / "lh.surf.gii")
+
+
+def _python_tag(key: str):
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        raw[key] = "__TAG__"
+
+    return make
+
+
+def _cluster_yaml(text: str):
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        (d / "cluster.yaml").write_text(text)
+
+    return make
+
+
+def _unwritable(d: Path, raw: dict[str, Any]) -> None:
+    (d / "locked").mkdir()
+    os.chmod(d / "locked", 0o555)
+
+
+_TAG = "!!python/object/apply:os.system ['echo pwned > pwned.txt']"
+
+CASES: dict[int, Case] = {
+    1: Case(_set("sub-002", "L", np.nan), error=r"sub-002.*NaN|NaN.*sub-002"),
+    2: Case(_both(_set("sub-002", "L", np.nan), _raw(lambda r: r.update(nonfinite="mask")))),
+    3: Case(_set("sub-002", "R", np.inf), error=r"sub-002.*(inf|NaN)|(inf|NaN).*sub-002"),
+    4: Case(
+        _both(
+            _edit_gifti("sub-005", "L", lambda x: x * np.nan),
+            _edit_gifti("sub-005", "R", lambda x: x * np.nan),
+            _raw(lambda r: r.update(nonfinite="mask")),
+        ),
+        error="sub-005",
+    ),
+    5: Case(_set("sub-003", "L", 5.0, vertex=40, t=None)),
+    6: Case(_set("sub-003", "L", 0.1, vertex=40, t=None)),
+    7: Case(_set("sub-003", "L", 100.3, vertex=40, t=None)),
+    8: Case(
+        _both(
+            _edit_gifti("sub-004", "L", lambda x: x * 0),
+            _edit_gifti("sub-004", "R", lambda x: x * 0),
+        ),
+        error="sub-004",
+    ),
+    9: Case(_other_subject, error=r"sub-005.*vertices"),
+    10: Case(_rm("sub-006.R.func.gii"), error=r"sub-006\.R\.func\.gii"),
+    11: Case(_cut("sub-002.L.func.gii", 0.5), error=r"sub-002\.L\.func\.gii"),
+    12: Case(_corrupt_base64("sub-002.L.func.gii"), error=r"sub-002\.L\.func\.gii"),
+    13: Case(_cut("sub-002.L.func.gii", 0.0), error=r"sub-002\.L\.func\.gii"),
+    14: Case(_cut("sub-002.dtseries.nii", 0.6), error=r"sub-002\.dtseries\.nii", fmt="cifti"),
+    15: Case(
+        _overwrite("sub-002.dtseries.nii", 0.0, bytes(np.random.default_rng(0).bytes(348))),
+        error=r"sub-002\.dtseries\.nii",
+        fmt="cifti",
+    ),
+    16: Case(
+        _overwrite("sub-002.dtseries.nii", 0.7, b"\xff" * 2000),
+        error=r"sub-002",
+        fmt="cifti",
+    ),
+    17: Case(_raw(lambda r: r["splits"]["split2"].append("sub-001")), error="sub-001"),
+    18: Case(args=["--k", "5000"], error="5000"),
+    19: Case(args=["--k", "600"], error="600"),
+    20: Case(args=["--k", "1"], error=r"\bk|\bks|K"),
+    21: Case(args=["--k", "-3"], error=r"-3"),
+    22: Case(_unwritable, args=["--out", "{d}/locked/results"], error="locked", out=False),
+    23: Case(_unwritable, args=["--out", "{d}/locked"], error="locked", out=False),
+    24: Case(
+        lambda d, r: (d / "afile").write_text("x"),
+        args=["--out", "{d}/afile"],
+        error="afile",
+        out=False,
+    ),
+    25: Case(_other_mesh, error=r"vertices"),
+    26: Case(
+        _raw(lambda r: r["mesh"].update(left="sub-001.L.func.gii")), error=r"sub-001\.L\.func"
+    ),
+    27: Case(_rm("rh.surf.gii"), error=r"rh\.surf\.gii"),
+    28: Case(_raw(lambda r: r["splits"].update(split1=[])), error="split1"),
+    29: Case(
+        _raw(lambda r: r.update(splits={"split1": [s["id"] for s in r["subjects"]]})),
+        error="split",
+    ),
+    30: Case(_raw(lambda r: r["splits"]["split1"].append("sub-404")), error="sub-404"),
+    31: Case(_raw(lambda r: r.update(k=[4])), error=r"'k'.*'ks'"),
+    32: Case(_raw(lambda r: r.update(method=["kmeans"])), error=r"'method'.*'methods'"),
+    33: Case(_raw(lambda r: r.update(outptu="x")), error=r"'outptu'.*'output'", out=False),
+    34: Case(_raw(lambda r: r.update(nonfinite="masked")), error="nonfinite"),
+    35: Case(args=["--method", "lsdd"], error="lsdd"),
+    36: Case(_raw(lambda r: r.update(ks=["ten"])), error=r"ks.*ten|ten.*ks"),
+    37: Case(_int_gifti),
+    38: Case(_short("sub-003", "LR", 30)),
+    39: Case(_short("sub-003", "L", 30), error="sub-003"),
+    40: Case(_short("sub-004", "LR", 1), error="sub-004"),
+    41: Case(_raw(lambda r: r["subjects"][0].update(time_slice=[0, 500])), error="sub-001"),
+    42: Case(args=["--rank", "5000"]),
+    43: Case(args=["--rank", "0"], error="rank"),
+    44: Case(args=["--rank", "-5"], error="rank"),
+    45: Case(_raw(lambda r: r["subjects"][1].update(id="sub-001")), error="sub-001"),
+    46: Case(
+        _raw(
+            lambda r: r["subjects"][3].update(left="sub-001.L.func.gii", right="sub-001.R.func.gii")
+        ),
+        error="sub-001",
+    ),
+    47: Case(_python_tag("output"), error=r"pipeline\.yaml"),
+    48: Case(
+        _cluster_yaml(f"type: local\nlocal:\n  n_workers: {_TAG}\n"),
+        args=["--cluster", "{d}/cluster.yaml"],
+        error=r"cluster\.yaml",
+    ),
+    49: Case(
+        _cluster_yaml(f"type: local\nlocal:\n  n_workers: {_TAG}\n"),
+        args=["--cluster", "{d}/cluster.yaml", "--rank", "10"],
+        error=r"cluster\.yaml",
+    ),
+    50: Case(lambda d, r: r.update(__text__="ks:\n\t- 4\n"), error=r"pipeline\.yaml"),
+    51: Case(lambda d, r: r.update(__missing__=True), error=r"pipeline\.yaml"),
+    52: Case(args=["--cluster", "{d}/nope.yaml"], error=r"nope\.yaml"),
+    53: Case(args=["--scheduler", "tcp://127.0.0.1:1"], error=r"127\.0\.0\.1:1"),
+    54: Case(
+        _raw(lambda r: r["splits"].update({"../../escaped_split": r["splits"].pop("split2")})),
+        error="escaped_split",
+    ),
+}
+
+
+@pytest.mark.parametrize("number", sorted(CASES))
+def test_bad_input(number, templates, tmp_path, scheduler_address):
+    case = CASES[number]
+    d = tmp_path / "study"
+    shutil.copytree(templates[case.fmt], d)
+    shutil.copytree(templates["other"], tmp_path / "other_copy")
+    raw = yaml.safe_load((d / "pipeline.yaml").read_text())
+    case.make(d, raw)
+    _write_pipeline(d, raw)
+    out = tmp_path / "out"
+    args = ["run", str(d / "pipeline.yaml")]
+    if case.out:
+        args += ["--out", str(out)]
+    args += [a.format(d=d) for a in case.args]
+    if "--scheduler" not in args and "--cluster" not in args:
+        args += ["--scheduler", scheduler_address]
+    if number in (22, 23) and os.access(d / "locked", os.W_OK):
+        pytest.skip("running as root: a read-only folder is still writable")
+    result = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    outputs = [out, d / "locked", d / "results", tmp_path / "escaped_split", tmp_path / "x"]
+    if case.error is None:
+        assert result.exit_code == 0, result.output
+        report = json.loads((out / "report.json").read_text())
+        assert report["config"]["ks"] == [4]
+        return
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("Error:")]
+    assert result.exit_code != 0, result.output
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    assert re.search(case.error, lines[0]), lines[0]
+    assert not (d / "pwned.txt").exists() and not Path("pwned.txt").exists()
+    for folder in outputs:
+        assert _reusable(folder) == [], f"left behind: {_reusable(folder)}"
+
+
+def _write_pipeline(d: Path, raw: dict[str, Any]) -> None:
+    path = d / "pipeline.yaml"
+    if raw.pop("__missing__", False):
+        path.unlink()
+        return
+    text = raw.pop("__text__", None)
+    if text is None:
+        text = yaml.safe_dump(raw, sort_keys=False).replace("__TAG__", _TAG)
+    path.write_text(text)
+
+
+def _reusable(folder: Path) -> list[str]:
+    """Files a later run would reuse: stamps, SVD results, stores, labels, a report.
+
+    The vertex mask is not counted: it depends only on the input files and the mask rules,
+    its stamp is keyed on both, and a run with other settings reuses it correctly."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for p in folder.rglob("*"):
+        name = p.name
+        if p.parent.name == "stamps" and name == "mask.json":
+            continue
+        if name == "report.json" or p.suffix == ".zarr" or name.endswith(("_U.npy", "_s.npy")):
+            found.append(str(p.relative_to(folder)))
+        elif p.parent.name in ("stamps", "labels") and p.is_file():
+            found.append(str(p.relative_to(folder)))
+    return found
+
+
+def test_a_file_damaged_past_its_header_names_subject_and_file(templates, tmp_path):
+    from lsd_dask.io.surface_files import SubjectFiles, load_subject
+
+    path = tmp_path / "sub-002.dtseries.nii"
+    data = (templates["cifti"] / path.name).read_bytes()
+    path.write_bytes(data[: int(len(data) * 0.6)])
+    with pytest.raises(ValueError, match=r"subject sub-002: cannot read .*sub-002\.dtseries"):
+        load_subject(SubjectFiles("sub-002", cifti=path))
