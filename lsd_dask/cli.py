@@ -63,6 +63,12 @@ def main(debug: bool) -> None:
     default=None,
     help="Output folder (overrides the pipeline's `output`).",
 )
+@click.option(
+    "--work",
+    default=None,
+    help="Work folder or fsspec URL the workers share, e.g. s3://bucket/run/work "
+    "(overrides `work`; default <output>/work).",
+)
 @click.option("--k", "ks", multiple=True, type=int, help="Cluster counts (repeat; overrides `ks`).")
 @click.option(
     "--method",
@@ -83,6 +89,7 @@ def run(
     cluster_file: Path | None,
     scheduler: str | None,
     out: Path | None,
+    work: str | None,
     ks: tuple[int, ...],
     methods: tuple[str, ...],
     rank: int | None,
@@ -100,6 +107,7 @@ def run(
         ks=list(ks) or None,
         methods=list(methods) or None,
         svd=svd or None,
+        work=work if work is None or "://" in work else str(Path(work).resolve()),
     )
     preflight(cfg)  # headers, meshes and settings, before any cluster starts
     target = scheduler or (str(cluster_file) if cluster_file else None) or cfg.cluster

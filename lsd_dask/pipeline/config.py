@@ -16,6 +16,8 @@ A pipeline YAML looks like::
     min_region_size: 20
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
     output: results/
+    work: null                     # default <output>/work; or a URL, e.g. s3://bucket/run/work
+    storage_options: {}            # fsspec options for a work URL (key, secret, endpoint...)
     cluster: null                  # a cluster_configs/*.yaml, or a scheduler address
     random_state: 0
 
@@ -76,6 +78,14 @@ class PipelineConfig:
     cluster: str | dict[str, Any] | None = None
     random_state: int = 0
     null_repeats: int = 5
+    #: where the stores, SVD results and labels go: ``<output>/work`` (None), another
+    #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
+    work: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def work_url(self) -> str:
+        return self.work or str(self.output / "work")
 
     def resolved_splits(self) -> dict[str, list[str]]:
         """Explicit splits, or the sorted subject ids halved."""
@@ -97,6 +107,8 @@ class PipelineConfig:
         ]
         d["output"] = str(self.output)
         d["splits"] = self.resolved_splits()
+        # credentials stay out of the report
+        d["storage_options"] = sorted(self.storage_options)
         return d
 
     def validate(self) -> None:
@@ -216,12 +228,24 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         cluster=_cluster(raw.get("cluster"), base),
         random_state=_int(raw.get("random_state", 0), "random_state", 0),
         null_repeats=_int(raw.get("null_repeats", 5), "null_repeats", 0),
+        work=_work(raw.get("work"), base),
+        storage_options=_mapping(raw.get("storage_options"), "storage_options"),
     )
     cfg.validate()
     return cfg
 
 
 _TOP_KEYS = {f.name for f in fields(PipelineConfig)} | {"globs"}
+
+
+def _work(v: Any, base: Path) -> str | None:
+    """The work location: a URL as given, a local path resolved like the other paths."""
+    if v is None:
+        return None
+    if not isinstance(v, str | os.PathLike) or not str(v):
+        raise ValueError(f"work: a folder or a URL such as s3://bucket/run, got {v!r}.")
+    text = str(v)
+    return text if "://" in text and not text.startswith("file://") else str(_resolve(text, base))
 
 
 def _overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:

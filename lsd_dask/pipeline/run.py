@@ -33,7 +33,8 @@ import numpy as np
 
 from .. import __version__, metrics
 from ..distributed import active_client
-from ..io.atomic import atomic_save_npy, atomic_write_text
+from ..io.atomic import atomic_write_text
+from ..io.storage import Folder, is_local
 from ..io.surface_files import (
     HEMISPHERES,
     load_mesh,
@@ -63,14 +64,14 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     timings: dict[str, float] = {}
     meshes, sizes = preflight(cfg)
     out = cfg.output
-    wd = WorkDir(out / "work", log)
+    wd = WorkDir(cfg.work_url, log, cfg.storage_options)
     wd.remove_partials()
     splits = cfg.resolved_splits()
     by_id = {s.subject: s for s in cfg.subjects}
 
     t0 = time.perf_counter()
     mask_info = _stage_mask(cfg, wd, sizes, log)
-    kept = np.load(wd.mask)
+    kept = wd.load_npy(wd.mask)
     timings["mask"] = time.perf_counter() - t0
     log(
         f"[mask] {int((~kept).sum())} of {kept.size} vertices masked "
@@ -114,6 +115,7 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     report = {
         "run_id": f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
         "config": cfg.to_dict(),
+        "work": cfg.work_url,
         "versions": _versions(),
         "mask": mask_info,
         "svd": svd_info,
@@ -137,6 +139,7 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
         probe.unlink()
     except OSError as err:
         raise PermissionError(f"output folder {out} is not writable: {err}") from err
+    _check_work_folder(cfg)
     missing = [str(p) for s in cfg.subjects for p in s.paths() if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"{len(missing)} input file(s) missing, first: {missing[0]}")
@@ -164,6 +167,21 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
         raise ValueError(f"K={too_big[0]} is larger than the number of vertices ({n}).")
     _check_lsd_rank(cfg)
     return meshes, sizes
+
+
+def _check_work_folder(cfg: PipelineConfig) -> None:
+    """A work URL must take a write from here before anything runs (credentials, bucket)."""
+    if is_local(cfg.work_url):
+        return
+    folder = Folder(cfg.work_url, cfg.storage_options)
+    probe = folder.join(f".write-test-{os.getpid()}")
+    try:
+        folder.write_text(probe, "ok")
+        folder.remove(probe)
+    except Exception as err:  # fsspec back ends raise their own kinds (botocore, gcsfs...)
+        raise PermissionError(
+            f"work folder {cfg.work_url} is not writable: {type(err).__name__}: {err}"
+        ) from err
 
 
 def _check_lsd_rank(cfg: PipelineConfig) -> None:
@@ -203,7 +221,7 @@ def _stage_mask(cfg: PipelineConfig, wd: WorkDir, sizes: list[int], log: Log) ->
     }
     if wd.is_current("mask", key, [wd.mask, wd.mask_info]):
         log("[mask] done earlier, skipped")
-        return json.loads(wd.mask_info.read_text())
+        return json.loads(wd.read_text(wd.mask_info))
     n = sum(sizes)
     bad = np.zeros(n, bool)
     per_subject = {}
@@ -236,14 +254,14 @@ def _stage_mask(cfg: PipelineConfig, wd: WorkDir, sizes: list[int], log: Log) ->
         log(f"[mask] {_bar(i, len(cfg.subjects))} {s.subject}")
     if bad.all():
         raise ValueError("every vertex is constant or non-finite in some subject.")
-    atomic_save_npy(wd.mask, ~bad)
+    wd.save_npy(wd.mask, ~bad)
     info = {
         "n_vertices": n,
         "n_masked": int(bad.sum()),
         "hemisphere_sizes": sizes,
         "per_subject": per_subject,
     }
-    atomic_write_text(wd.mask_info, json.dumps(info))
+    wd.write_text(wd.mask_info, json.dumps(info))
     wd.record("mask", key)
     return info
 
@@ -265,10 +283,16 @@ def _stage_ingest(split: str, subjects: list[Any], kept: np.ndarray, wd: WorkDir
             yield s.subject, x.astype(np.float32)
 
     # every subject's length, from the mask stage's record
-    info = json.loads(wd.mask_info.read_text())["per_subject"]
+    info = json.loads(wd.read_text(wd.mask_info))["per_subject"]
     tps = [int(info[s.subject]["timepoints"]) for s in subjects]
     write_split(
-        path, items(), n_vertices=int(kept.sum()), timepoints=tps, vertex_mask=kept, overwrite=True
+        path,
+        items(),
+        n_vertices=int(kept.sum()),
+        timepoints=tps,
+        vertex_mask=kept,
+        overwrite=True,
+        storage_options=wd.folder.storage_options,
     )
     wd.record(f"ingest/{split}", key)
 
@@ -282,9 +306,10 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
     }
     if wd.is_current(f"svd/{split}", key, [u_path, s_path]):
         log(f"[svd] {split} done earlier, skipped")
-        return {"rank": int(np.load(s_path).size), "method": cfg.svd.get("method")}
-    _verify_on_workers(wd.store(split))
-    st = open_split(wd.store(split))
+        return {"rank": int(wd.load_npy(s_path).size), "method": cfg.svd.get("method")}
+    options = wd.folder.storage_options
+    _verify_on_workers(wd.store(split), options)
+    st = open_split(wd.store(split), storage_options=options)
     n, m = st.data.shape
     rank = int(min(cfg.svd.get("rank", 1000), n, m))
     t0 = time.perf_counter()
@@ -314,8 +339,8 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
             f"{wd.store(split)} are not what ingest wrote (is the work folder shared with "
             "every worker?)."
         )
-    atomic_save_npy(u_path, np.asarray(U, np.float32))
-    atomic_save_npy(s_path, np.asarray(s, np.float64))
+    wd.save_npy(u_path, np.asarray(U, np.float32))
+    wd.save_npy(s_path, np.asarray(s, np.float64))
     wd.record(f"svd/{split}", key)
     return {
         "rank": rank,
@@ -325,13 +350,13 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
     }
 
 
-def _verify_on_workers(store: Path) -> None:
+def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:
     """The split store complete as every worker sees it (a missing chunk would read as 0)."""
     client = active_client()
     if client is None:
-        verify_split(store)
+        verify_split(store, storage_options=storage_options)
     else:
-        client.run(verify_split, str(store))
+        client.run(verify_split, store, storage_options=storage_options)
 
 
 #: features smaller than this are clustered in memory: a cluster round trip per iteration
@@ -341,7 +366,7 @@ IN_MEMORY_FEATURES_BYTES = 64 * 2**20
 
 def _features(wd: WorkDir, split: str) -> Any:
     """Unit rows of U: a dask array persisted on the workers, or numpy when small."""
-    U = np.load(wd.u(split), mmap_mode="r")
+    U = wd.load_npy(wd.u(split), mmap=True)
     if U.nbytes <= IN_MEMORY_FEATURES_BYTES:
         return unit_rows(np.asarray(U))
     chunk = max(1, min(U.shape[0], 16384))
@@ -392,7 +417,7 @@ def _stage_cluster(
     lab = np.asarray(est.labels_.compute() if hasattr(est.labels_, "compute") else est.labels_)
     full = np.zeros(kept.size, np.int32)
     full[kept] = lab + 1
-    atomic_save_npy(path, full)
+    wd.save_npy(path, full)
     wd.record(name, key)
     log(f"[cluster] {split} {method} K={k}: {time.perf_counter() - t0:.1f} s")
 
@@ -403,7 +428,7 @@ def _stage_scores(
     rows = []
     for method in cfg.methods:
         for k in cfg.ks:
-            a, b = (np.load(wd.labels(s, method, k)) for s in splits)
+            a, b = (wd.load_npy(wd.labels(s, method, k)) for s in splits)
             pa = split_connected(a, A, min_size=cfg.min_region_size)
             pb = split_connected(b, A, min_size=cfg.min_region_size)
             dice = metrics.dice_matched(pa, pb, background=0)
@@ -467,7 +492,7 @@ def _write_outputs(
     for split in splits:
         for method in cfg.methods:
             for k in cfg.ks:
-                lab = np.load(wd.labels(split, method, k))
+                lab = wd.load_npy(wd.labels(split, method, k))
                 stem = f"{split}_{method}_K{k}"
                 if cifti:
                     files.append(write_dlabel(label_dir / f"{stem}.dlabel.nii", lab, sizes))
@@ -485,7 +510,7 @@ def _write_outputs(
     files.append(plot_dice_vs_k(scores, out / "dice_vs_k.png"))
     method, k = cfg.methods[0], sorted(cfg.ks)[len(cfg.ks) // 2]
     for split in splits:
-        lab = np.load(wd.labels(split, method, k))
+        lab = wd.load_npy(wd.labels(split, method, k))
         files.append(
             plot_parcellation(
                 meshes,

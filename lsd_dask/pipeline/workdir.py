@@ -1,4 +1,8 @@
-"""The work folder: every path under ``<output>/work``, and what produced each file.
+"""The work folder: every path under ``<output>/work`` (or the ``work`` URL), and what
+produced each file.
+
+The folder may be any fsspec URL (see :class:`lsd_dask.io.storage.Folder`); paths are
+returned as strings, local paths or URLs alike.
 
 A stage's output counts as done only when a stamp next to it records the *key* it was
 computed from, and that key equals the current one. A key holds the stage's inputs and
@@ -25,7 +29,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..io.atomic import atomic_write_text, remove_partials, remove_path
+from ..io.atomic import remove_partials
+from ..io.storage import Folder
 
 __all__ = ["WorkDir", "file_identity"]
 
@@ -35,40 +40,63 @@ class WorkDir:
 
     Parameters
     ----------
-    root : path
-        The work folder (created when missing).
+    root : path or URL
+        The work folder (created when missing and local).
     log : callable, optional
         Receives one line per stale output found.
+    storage_options : dict, optional
+        fsspec options for a URL (credentials, endpoint).
     """
 
-    def __init__(self, root: str | os.PathLike[str], log: Callable[[str], None] = print) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        log: Callable[[str], None] = print,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.folder = Folder(root, storage_options)
+        self.folder.makedirs()
+        self.root = self.folder.url
         self.log = log
 
     # paths ------------------------------------------------------------------
     @property
-    def mask(self) -> Path:
-        return self.root / "mask.npy"
+    def mask(self) -> str:
+        return self.folder.join("mask.npy")
 
     @property
-    def mask_info(self) -> Path:
-        return self.root / "mask.json"
+    def mask_info(self) -> str:
+        return self.folder.join("mask.json")
 
-    def store(self, split: str) -> Path:
-        return self.root / f"{split}.zarr"
+    def store(self, split: str) -> str:
+        return self.folder.join(f"{split}.zarr")
 
-    def u(self, split: str) -> Path:
-        return self.root / f"{split}_U.npy"
+    def u(self, split: str) -> str:
+        return self.folder.join(f"{split}_U.npy")
 
-    def s(self, split: str) -> Path:
-        return self.root / f"{split}_s.npy"
+    def s(self, split: str) -> str:
+        return self.folder.join(f"{split}_s.npy")
 
-    def labels(self, split: str, method: str, k: int) -> Path:
-        return self.root / "labels" / f"{split}_{method}_K{k}.npy"
+    def labels(self, split: str, method: str, k: int) -> str:
+        return self.folder.join("labels", f"{split}_{method}_K{k}.npy")
+
+    # files ------------------------------------------------------------------
+    def load_npy(self, path: str, *, mmap: bool = False) -> Any:
+        return self.folder.load_npy(path, mmap=mmap)
+
+    def save_npy(self, path: str, arr: Any) -> str:
+        self.folder.makedirs(os.path.dirname(path))
+        return self.folder.save_npy(path, arr)
+
+    def read_text(self, path: str) -> str:
+        return self.folder.read_text(path)
+
+    def write_text(self, path: str, text: str) -> str:
+        self.folder.makedirs(os.path.dirname(path))
+        return self.folder.write_text(path, text)
 
     # stamps -----------------------------------------------------------------
-    def is_current(self, name: str, key: dict[str, Any], outputs: Iterable[Path]) -> bool:
+    def is_current(self, name: str, key: dict[str, Any], outputs: Iterable[str]) -> bool:
         """True when every output exists and its stamp records ``key``.
 
         Otherwise the outputs and the stamp are deleted (a stage must not find half of an
@@ -76,7 +104,7 @@ class WorkDir:
         """
         outputs = list(outputs)
         stamp = self._read_stamp(name)
-        present = [p for p in outputs if p.exists()]
+        present = [p for p in outputs if self.folder.exists(p)]
         if stamp is not None and stamp["fingerprint"] == fingerprint(key):
             if len(present) == len(outputs):
                 return True
@@ -90,24 +118,25 @@ class WorkDir:
         if reason:
             self.log(f"[{name.split('/')[0]}] {name}: recomputing ({reason})")
         for p in present:
-            remove_path(p)
-        self._stamp_path(name).unlink(missing_ok=True)
+            self.folder.remove(p)
+        self.folder.remove(self._stamp_path(name))
         return False
 
     def record(self, name: str, key: dict[str, Any]) -> str:
         """Stamp ``name`` as produced from ``key`` (after its outputs are in place)."""
         fp = fingerprint(key)
         stamp = {"name": name, "fingerprint": fp, "key": key}
-        atomic_write_text(self._stamp_path(name), json.dumps(stamp, default=str))
+        self.write_text(self._stamp_path(name), json.dumps(stamp, default=str))
         return fp
 
     def fingerprints(self) -> dict[str, str]:
         """Every recorded stage and its fingerprint (for the report)."""
         out = {}
-        for path in sorted((self.root / "stamps").glob("*.json")):
-            stamp = self._read_stamp(path.stem.replace("__", "/"))
+        for path in self.folder.glob("stamps/*.json"):
+            stem = path.rsplit("/", 1)[-1].removesuffix(".json")
+            stamp = self._read_stamp(stem.replace("__", "/"))
             if stamp is not None:
-                out[str(stamp.get("name", path.stem))] = str(stamp["fingerprint"])
+                out[str(stamp.get("name", stem))] = str(stamp["fingerprint"])
         return out
 
     def fingerprint_of(self, name: str) -> str:
@@ -118,20 +147,23 @@ class WorkDir:
         return str(stamp["fingerprint"])
 
     def remove_partials(self) -> list[Path]:
-        """Sweep what killed writers left; log each removal."""
+        """Sweep what killed writers left; log each removal (object storage has none: its
+        writes are single PUTs)."""
+        if not self.folder.local:
+            return []
         removed = remove_partials(self.root)
         for p in removed:
             self.log(f"[work] removed {p.name}, left by an interrupted write")
         return removed
 
     # helpers ----------------------------------------------------------------
-    def _stamp_path(self, name: str) -> Path:
-        return self.root / "stamps" / (name.replace("/", "__") + ".json")
+    def _stamp_path(self, name: str) -> str:
+        return self.folder.join("stamps", name.replace("/", "__") + ".json")
 
     def _read_stamp(self, name: str) -> dict[str, Any] | None:
         path = self._stamp_path(name)
         try:
-            stamp = json.loads(path.read_text())
+            stamp = json.loads(self.read_text(path))
         except (FileNotFoundError, json.JSONDecodeError):
             return None
         return stamp if isinstance(stamp, dict) and "fingerprint" in stamp else None

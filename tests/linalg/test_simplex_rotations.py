@@ -68,7 +68,8 @@ def test_rotate_givens_maps_m_onto_u(mu):
     if np.linalg.norm(m) < 1e-3 or np.linalg.norm(u) < 1e-3:
         return
     R = rotate_givens(m, u)
-    np.testing.assert_allclose(R @ (m / np.linalg.norm(m)), u / np.linalg.norm(u), atol=1e-9)
+    # 1e-8: for nearly parallel m and u (angle ~1e-7) the Givens angles lose ~1e-9
+    np.testing.assert_allclose(R @ (m / np.linalg.norm(m)), u / np.linalg.norm(u), atol=1e-8)
     np.testing.assert_allclose(R.T @ R, np.eye(m.size), atol=1e-9)
     assert np.linalg.det(R) == pytest.approx(1.0)
 

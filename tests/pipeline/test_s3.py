@@ -1,0 +1,126 @@
+"""A work folder on object storage: a real S3-compatible server (moto's, as its own process
+on 127.0.0.1) and real workers, against the same run with a local work folder."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from lsd_dask import cli
+from lsd_dask.testing.processes import ProcessCluster
+
+s3fs = pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+BUCKET = "lsd-test"
+
+
+@pytest.fixture(scope="module")
+def s3_options():
+    """``moto_server`` on a free loopback port, and the fsspec options that reach it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail("moto_server did not start")
+            time.sleep(0.2)
+    options = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+    }
+    import boto3
+
+    boto3.client(
+        "s3",
+        endpoint_url=options["client_kwargs"]["endpoint_url"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket=BUCKET)
+    yield options
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def scheduler_address(tmp_path_factory):
+    c = ProcessCluster(tmp_path_factory.mktemp("dask"))
+    yield c.address
+    c.close()
+
+
+def _run(folder, out, scheduler, *extra):
+    res = CliRunner().invoke(
+        cli.main,
+        ["run", str(folder / "pipeline.yaml"), "--out", str(out), "--scheduler", scheduler, *extra],
+        catch_exceptions=False,
+    )
+    assert res.exit_code == 0, res.output
+    return json.loads((out / "report.json").read_text()), res.output
+
+
+def test_s3_work_folder_gives_the_local_labels(
+    tmp_path, write_tiny_study, s3_options, scheduler_address
+):
+    write_tiny_study(tmp_path, 3)
+    raw = yaml.safe_load((tmp_path / "pipeline.yaml").read_text())
+    raw.update(ks=[3, 6], methods=["directional", "spherical_kmeans"], min_region_size=3)
+    raw.update(null_repeats=2, storage_options=s3_options)
+    raw["svd"]["rank"] = 20
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    url = f"s3://{BUCKET}/run/work"
+
+    local, _ = _run(tmp_path, tmp_path / "local", scheduler_address)
+    remote, _ = _run(tmp_path, tmp_path / "remote", scheduler_address, "--work", url)
+    assert remote["work"] == url and not (tmp_path / "remote" / "work").exists()
+    fs = s3fs.S3FileSystem(**s3_options)
+    assert fs.exists(f"{url}/split1.zarr/zarr.json") and fs.exists(f"{url}/stamps/mask.json")
+    for split in ("split1", "split2"):
+        for method in ("directional", "spherical_kmeans"):
+            for k in (3, 6):
+                name = f"labels/{split}_{method}_K{k}.npy"
+                here = np.load(tmp_path / "local" / "work" / name)
+                with fs.open(f"{url}/{name}", "rb") as f:
+                    there = np.load(f)
+                np.testing.assert_array_equal(here, there)
+    assert remote["scores"] == local["scores"]
+    # the credentials are not written to the report
+    assert "secret" in json.dumps(remote["config"]) and "testing" not in json.dumps(remote)
+
+    # a second run resumes from the stamps on S3
+    again, log = _run(tmp_path, tmp_path / "remote", scheduler_address, "--work", url)
+    assert "[svd] split1 done earlier, skipped" in log
+    assert again["scores"] == remote["scores"]
+
+
+def test_an_unreachable_bucket_fails_before_any_work(tmp_path, write_tiny_study, s3_options):
+    write_tiny_study(tmp_path, 3)
+    raw = yaml.safe_load((tmp_path / "pipeline.yaml").read_text())
+    raw.update(storage_options=s3_options, work="s3://no-such-bucket/run")
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    t0 = time.perf_counter()
+    res = CliRunner().invoke(cli.main, ["run", str(tmp_path / "pipeline.yaml")])
+    assert res.exit_code != 0
+    assert "work folder s3://no-such-bucket/run is not writable" in res.output
+    assert time.perf_counter() - t0 < 60
