@@ -21,6 +21,7 @@ USER_ERRORS = (
     PermissionError,
     ConnectionError,
     ImportError,
+    MemoryError,
 )
 
 

@@ -27,7 +27,7 @@ import scipy.linalg as sla
 
 from .._validation import check_random_state, compute, is_dask
 
-__all__ = ["randomized_svd", "streaming_svd", "svd_flip"]
+__all__ = ["randomized_svd", "streaming_svd", "svd_flip", "svd_task_bytes"]
 
 
 def randomized_svd(
@@ -86,7 +86,8 @@ def randomized_svd(
     Notes
     -----
     Peak memory per dask task is about two n × l arrays plus one column block of X (260
-    MB each at 64,984 × 1,000 and l = 1,010): set worker memory to at least 2 GB there.
+    MB each at 64,984 × 1,000 and l = 1,010), :func:`svd_task_bytes`; a worker holds that
+    once per thread: set worker memory to at least 2 GB per thread there.
     """
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D, got shape {X.shape}.")
@@ -119,6 +120,15 @@ def randomized_svd(
         U = Q @ Ub
     U, Vt = svd_flip(U, Vt)
     return U, s.astype(dtype), Vt.astype(dtype)
+
+
+def svd_task_bytes(
+    n_rows: int, block_columns: int, k: int, *, n_oversamples: int = 10, itemsize: int = 4
+) -> int:
+    """Peak bytes of one :func:`randomized_svd` task: two n × l arrays (the basis and its
+    product) and one column block of X, with l = k + n_oversamples."""
+    l = int(k) + int(n_oversamples)
+    return int(itemsize) * int(n_rows) * (2 * l + int(block_columns))
 
 
 def streaming_svd(

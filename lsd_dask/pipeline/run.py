@@ -30,6 +30,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from distributed import KilledWorker
 
 from .. import __version__, metrics
 from ..distributed import active_client
@@ -44,6 +45,7 @@ from ..io.surface_files import (
 )
 from ..io.zarr_store import open_split, verify_split, write_split
 from ..linalg import randomized_svd, streaming_svd
+from ..linalg.randomized import svd_task_bytes
 from ..similarity import unit_rows
 from ..surface import Mesh, grow_sized_regions, mesh_adjacency, split_connected
 from .config import PipelineConfig
@@ -324,14 +326,17 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
         blocks = (st.data[:, a:b] for a, b in zip(cols[:-1], cols[1:], strict=True))
         U, s, _ = streaming_svd(blocks, rank, n_keep=cfg.svd.get("n_keep"))
     else:
-        U, s, _ = randomized_svd(
-            st.array,  # the zarr array: tasks read their own column blocks
-            rank,
-            n_power_iter=int(cfg.svd.get("n_power_iter", 2)),
-            fuse_passes=bool(cfg.svd.get("fuse_passes", True)),
-            random_state=cfg.random_state,
-        )
-        U = U.compute()
+        try:
+            U, s, _ = randomized_svd(
+                st.array,  # the zarr array: tasks read their own column blocks
+                rank,
+                n_power_iter=int(cfg.svd.get("n_power_iter", 2)),
+                fuse_passes=bool(cfg.svd.get("fuse_passes", True)),
+                random_state=cfg.random_state,
+            )
+            U = U.compute()
+        except KilledWorker as err:
+            raise MemoryError(_svd_memory_message(split, n, max(st.timepoints), rank)) from err
     U, s = np.asarray(U), np.asarray(s)
     if not (np.isfinite(U).all() and np.isfinite(s).all()) or not np.any(s > 0):
         raise ValueError(
@@ -348,6 +353,27 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
         "seconds": time.perf_counter() - t0,
         "top_singular_values": [float(v) for v in np.asarray(s)[:10]],
     }
+
+
+def _svd_memory_message(split: str, n: int, block: int, rank: int) -> str:
+    """What a lost SVD worker needed, against what each worker thread has."""
+    need = svd_task_bytes(n, block, rank)
+    client = active_client()
+    have = ""
+    if client is not None:
+        per_thread = [
+            w["memory_limit"] / max(w["nthreads"], 1)
+            for w in client.scheduler_info()["workers"].values()
+            if w.get("memory_limit")
+        ]
+        if per_thread:
+            have = f"; the workers have {min(per_thread) / 2**20:.0f} MB per thread"
+    return (
+        f"the SVD of {split} lost its workers (KilledWorker): at svd.rank {rank} each SVD task "
+        f"holds about {need / 2**20:.0f} MB ({n} vertices x (2 x (rank + 10) + {block}) "
+        f"float32){have}. Give the workers more memory per thread (memory_limit, or fewer "
+        "threads per worker) or lower svd.rank (--rank)."
+    )
 
 
 def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:

@@ -81,3 +81,48 @@ def test_damaged_file_is_named_before_any_work(folder, tmp_path, damage):
     with pytest.raises(ValueError, match=f"subject {sid}: cannot read the header of {left}"):
         run_pipeline(cfg, log=lambda s: None)
     assert not (cfg.output / "work").exists()
+
+
+def test_a_killed_svd_worker_says_what_memory_the_rank_needs(tmp_path):
+    """Workers of 200 MB and an SVD whose tasks hold ~250 MB: the run fails with the memory
+    per task and per worker thread, and which settings to change."""
+    from lsd_dask.io.surface_files import write_surface_gifti, write_zarr_subject
+    from lsd_dask.linalg.randomized import svd_task_bytes
+    from lsd_dask.surface import two_hemisphere_mesh
+
+    meshes = two_hemisphere_mesh(32)
+    sizes = [meshes["left"].n_vertices, meshes["right"].n_vertices]
+    n, t, rank = sum(sizes), 600, 1000
+    rng = np.random.default_rng(0)
+    subjects = []
+    for i in range(4):
+        x = rng.standard_normal((n, t)).astype(np.float32)
+        write_zarr_subject(tmp_path / f"s{i}.zarr", x, sizes)
+        subjects.append({"id": f"s{i}", "zarr": f"s{i}.zarr"})
+    for h, name in (("left", "lh"), ("right", "rh")):
+        write_surface_gifti(tmp_path / f"{name}.surf.gii", meshes[h], hemisphere=h)
+    raw = {
+        "subjects": subjects,
+        "mesh": {"left": "lh.surf.gii", "right": "rh.surf.gii"},
+        "ks": [5],
+        "svd": {"rank": rank},
+        "output": "out",
+        "cluster": {
+            "type": "local",
+            "local": {"n_workers": 1, "threads_per_worker": 1, "memory_limit": "200MB"},
+        },
+    }
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    cfg = load_config(tmp_path / "pipeline.yaml")
+    need = svd_task_bytes(n, t, rank)
+    assert need > 200 * 2**20  # the premise: one task does not fit
+    import dask
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        with connect(cfg.cluster, log=None):
+            with pytest.raises(MemoryError) as info:
+                run_pipeline(cfg, log=lambda s: None)
+    text = str(info.value)
+    assert f"about {need / 2**20:.0f} MB" in text and "svd.rank" in text and "split1" in text
+    assert "per thread" in text
+    assert not (tmp_path / "out" / "work" / "split1_U.npy").exists()
