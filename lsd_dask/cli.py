@@ -59,6 +59,24 @@ def main(debug: bool) -> None:
 )
 @click.option("--scheduler", default=None, help="Address of a running Dask scheduler.")
 @click.option(
+    "--tls-ca-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="CA certificate (PEM) of a tls:// scheduler.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Client certificate (PEM) for a tls:// scheduler.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Client private key (PEM) for a tls:// scheduler.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -89,6 +107,9 @@ def run(
     pipeline: Path,
     cluster_file: Path | None,
     scheduler: str | None,
+    tls_ca_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
     out: Path | None,
     work: str | None,
     ks: tuple[int, ...],
@@ -112,6 +133,15 @@ def run(
     )
     preflight(cfg)  # headers, meshes and settings, before any cluster starts
     target = scheduler or (str(cluster_file) if cluster_file else None) or cfg.cluster
+    tls = {"tls_ca_file": tls_ca_file, "tls_client_cert": tls_cert, "tls_client_key": tls_key}
+    if any(tls.values()) or (scheduler or "").startswith("tls://"):
+        if scheduler is None or not all(tls.values()):
+            raise ValueError(
+                "a tls:// scheduler needs --scheduler with --tls-ca-file, --tls-cert and "
+                "--tls-key together (or --cluster with a remote config's `security:`)."
+            )
+        security = {k: str(v) for k, v in tls.items()} | {"require_encryption": True}
+        target = {"type": "remote", "remote": {"address": scheduler, "security": security}}
     with connect(target, log=click.echo):
         run_pipeline(cfg, log=click.echo)
 

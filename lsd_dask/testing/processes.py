@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["ProcessCluster"]
+__all__ = ["ProcessCluster", "temporary_tls_files"]
 
 DASK = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
 WORKER = [sys.executable, "-m", "distributed.cli.dask_worker"]
@@ -21,8 +21,16 @@ class ProcessCluster:
     scheduler file. ``close()`` terminates every process.
     """
 
-    def __init__(self, tmp: Path, n_workers: int = 2) -> None:
+    def __init__(self, tmp: Path, n_workers: int = 2, tls: dict[str, str] | None = None) -> None:
+        """``tls``: PEM file paths ``{"ca": ..., "cert": ..., "key": ...}`` for a tls://
+        scheduler whose workers and clients must present that certificate."""
         sched_file = tmp / "scheduler.json"
+        self.tls_args = (
+            []
+            if tls is None
+            else ["--tls-ca-file", tls["ca"], "--tls-cert", tls["cert"], "--tls-key", tls["key"]]
+        )
+        proto = [] if tls is None else ["--protocol", "tls"]
         self.procs: list[subprocess.Popen] = []
         self.procs.append(
             subprocess.Popen(
@@ -35,6 +43,8 @@ class ProcessCluster:
                     "--no-dashboard",
                     "--scheduler-file",
                     str(sched_file),
+                    *proto,
+                    *self.tls_args,
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -59,6 +69,7 @@ class ProcessCluster:
                 "--no-dashboard",
                 "--memory-limit",
                 "2GB",
+                *self.tls_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -75,3 +86,21 @@ class ProcessCluster:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def temporary_tls_files(folder: Path) -> dict[str, str]:
+    """A self-signed certificate (its own CA) and key as PEM files in ``folder``; needs
+    ``cryptography`` (``distributed.security.Security.temporary``)."""
+    from distributed.security import Security
+
+    sec = Security.temporary()
+    files = {}
+    for name, pem in (
+        ("ca", sec.tls_ca_file),
+        ("cert", sec.tls_scheduler_cert),
+        ("key", sec.tls_scheduler_key),
+    ):
+        path = Path(folder) / f"{name}.pem"
+        path.write_text(pem)
+        files[name] = str(path)
+    return files
