@@ -1,5 +1,8 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.sparse.csgraph import connected_components
 
 from lsd_dask import surface as S
 
@@ -94,3 +97,27 @@ def test_smooth_on_mesh_preserves_constant(tiny_meshes):
     A = tiny_meshes["right"].adjacency()
     x = np.full((A.shape[0], 3), 2.5)
     np.testing.assert_allclose(S.smooth_on_mesh(x, A, 3), 2.5)
+
+
+@given(seed=st.integers(0, 2**16), n_regions=st.integers(1, 30))
+@settings(max_examples=25, deadline=None)
+def test_grow_sized_regions_the_null_model(seed, n_regions):
+    """The split-half null: connected regions of the prescribed sizes (never larger), only
+    inside the mask, reproducible from the seed; each region's size is reached unless it
+    is hemmed in, so almost all of the prescribed vertices are placed."""
+    mesh, _ = S.combine_meshes(S.two_hemisphere_mesh(6, 6))
+    A = S.mesh_adjacency(mesh.faces, mesh.n_vertices)
+    n = A.shape[0]
+    rng = np.random.default_rng(seed)
+    mask = rng.random(n) > 0.1
+    sizes = rng.integers(1, 12, size=n_regions)
+    q = S.grow_sized_regions(A, sizes, random_state=seed, mask=mask)
+    assert np.array_equal(q, S.grow_sized_regions(A, sizes, random_state=seed, mask=mask))
+    assert np.all(q[~mask] == 0)
+    got = np.bincount(q, minlength=n_regions + 1)[1:]
+    assert np.all(got >= 1) and np.all(got <= sizes)
+    assert got.sum() >= 0.8 * sizes.sum()
+    # every region is one connected piece of the mesh
+    for r in range(1, n_regions + 1):
+        sub = A[q == r][:, q == r]
+        assert connected_components(sub, directed=False)[0] == 1
