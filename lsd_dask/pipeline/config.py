@@ -40,7 +40,7 @@ import yaml
 
 from ..io.surface_files import SubjectFiles
 
-__all__ = ["PipelineConfig", "load_config", "METHODS"]
+__all__ = ["PipelineConfig", "SvdSettings", "load_config", "METHODS"]
 
 #: method name -> estimator factory key (see pipeline.run._estimator)
 METHODS = (
@@ -53,9 +53,52 @@ METHODS = (
 )
 
 
-#: the SVD settings and their defaults (stated once)
-SVD_DEFAULTS: dict[str, Any] = {"method": "randomized", "rank": 1000, "n_power_iter": 2}
-_SVD_KEYS = {*SVD_DEFAULTS, "fuse_passes", "n_keep"}
+@dataclass(frozen=True)
+class SvdSettings:
+    """The ``svd:`` section, typed; its defaults are stated here only.
+
+    Attributes
+    ----------
+    method : {"randomized", "streaming"}
+        Halko's range finder over the Zarr store, or a MIGP-style streaming group SVD.
+    rank : int
+        Features kept per vertex (the paper keeps 1,000).
+    n_power_iter : int
+        Power iterations of the randomized SVD.
+    fuse_passes : bool
+        One read of the data per power iteration (see :func:`~lsd_dask.linalg.randomized_svd`).
+    n_keep : int or None
+        Streaming SVD: rows kept between blocks (None: its default).
+    """
+
+    method: str = "randomized"
+    rank: int = 1000
+    n_power_iter: int = 2
+    fuse_passes: bool = True
+    n_keep: int | None = None
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, Any], where: str) -> SvdSettings:
+        """Checked settings from a YAML mapping; an error names the key."""
+        _check_keys(raw, {f.name for f in fields(cls)}, f"{where}: svd")
+        method = raw.get("method", cls.method)
+        if method not in ("randomized", "streaming"):
+            raise ValueError(f"svd.method must be 'randomized' or 'streaming', got {method!r}.")
+        fuse = raw.get("fuse_passes", cls.fuse_passes)
+        if not isinstance(fuse, bool):
+            raise ValueError(f"svd.fuse_passes: true or false, got {fuse!r}.")
+        n_keep = raw.get("n_keep")
+        return cls(
+            method=method,
+            rank=_int(raw.get("rank", cls.rank), "svd.rank", 1),
+            n_power_iter=_int(raw.get("n_power_iter", cls.n_power_iter), "svd.n_power_iter", 0),
+            fuse_passes=fuse,
+            n_keep=None if n_keep is None else _int(n_keep, "svd.n_keep", 1),
+        )
+
+
+#: the SVD defaults as a mapping (from :class:`SvdSettings`)
+SVD_DEFAULTS: dict[str, Any] = asdict(SvdSettings())
 _SUBJECT_KEYS = {"id", "cifti", "left", "right", "zarr", "time_slice"}
 _GLOB_KEYS = {"cifti", "left", "right"}
 #: split names become file names under the work folder: letters, digits, "_" and "-" only
@@ -72,7 +115,7 @@ class PipelineConfig:
     splits: dict[str, list[str]] | None = None
     methods: list[str] = field(default_factory=lambda: ["directional"])
     ks: list[int] = field(default_factory=lambda: [50, 100])
-    svd: dict[str, Any] = field(default_factory=lambda: dict(SVD_DEFAULTS))
+    svd: SvdSettings = field(default_factory=SvdSettings)
     min_region_size: int = 20
     nonfinite: str = "error"
     cluster: str | dict[str, Any] | None = None
@@ -159,8 +202,6 @@ class PipelineConfig:
                             "data between the splits."
                         )
                 owners.setdefault(real, []).append(s)
-        if self.svd.get("method", "randomized") not in ("randomized", "streaming"):
-            raise ValueError("svd.method must be 'randomized' or 'streaming'.")
 
 
 def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> PipelineConfig:
@@ -195,13 +236,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         else:
             raw[key] = value
     _check_keys(raw, _TOP_KEYS, where)
-    svd = _mapping(raw.get("svd"), "svd")
-    _check_keys(svd, _SVD_KEYS, f"{where}: svd")
-    svd = {**SVD_DEFAULTS, **svd}
-    svd["rank"] = _int(svd["rank"], "svd.rank", 1)
-    svd["n_power_iter"] = _int(svd["n_power_iter"], "svd.n_power_iter", 0)
-    if svd.get("n_keep") is not None:
-        svd["n_keep"] = _int(svd["n_keep"], "svd.n_keep", 1)
+    svd = SvdSettings.from_mapping(_mapping(raw.get("svd"), "svd"), where)
     methods = raw.get("methods", ["directional"])
     methods = [methods] if isinstance(methods, str) else methods
     if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):

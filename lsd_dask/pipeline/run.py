@@ -25,6 +25,7 @@ import platform
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +194,7 @@ def _check_lsd_rank(cfg: PipelineConfig) -> None:
 
     if "lsd" not in cfg.methods:
         return
-    rank = int(cfg.svd.get("rank", 1000))
+    rank = cfg.svd.rank
     limit = max_clusters("cosine", rank)
     over = [k for k in cfg.ks if k > limit]
     if over:
@@ -303,35 +304,35 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
     u_path, s_path = wd.u(split), wd.s(split)
     key = {
         "ingest": wd.fingerprint_of(f"ingest/{split}"),
-        "svd": cfg.svd,
+        "svd": asdict(cfg.svd),
         "random_state": cfg.random_state,
     }
     if wd.is_current(f"svd/{split}", key, [u_path, s_path]):
         log(f"[svd] {split} done earlier, skipped")
-        return {"rank": int(wd.load_npy(s_path).size), "method": cfg.svd.get("method")}
+        return {"rank": int(wd.load_npy(s_path).size), "method": cfg.svd.method}
     options = wd.folder.storage_options
     _verify_on_workers(wd.store(split), options)
     st = open_split(wd.store(split), storage_options=options)
     n, m = st.data.shape
-    rank = int(min(cfg.svd.get("rank", 1000), n, m))
+    rank = int(min(cfg.svd.rank, n, m))
     t0 = time.perf_counter()
-    log(f"[svd] {split}: rank {rank} of {n} x {m} ({cfg.svd.get('method')})")
+    log(f"[svd] {split}: rank {rank} of {n} x {m} ({cfg.svd.method})")
     if rank > m // 2:
         log(
             f"[svd] warning: rank {rank} keeps more than half of the {m} time points; the "
             "features approach whitened data (the paper keeps 1,000 of 33,000). Lower svd.rank."
         )
-    if cfg.svd.get("method", "randomized") == "streaming":
+    if cfg.svd.method == "streaming":
         cols = np.cumsum([0, *st.timepoints])
         blocks = (st.data[:, a:b] for a, b in zip(cols[:-1], cols[1:], strict=True))
-        U, s, _ = streaming_svd(blocks, rank, n_keep=cfg.svd.get("n_keep"))
+        U, s, _ = streaming_svd(blocks, rank, n_keep=cfg.svd.n_keep)
     else:
         try:
             U, s, _ = randomized_svd(
                 st.array,  # the zarr array: tasks read their own column blocks
                 rank,
-                n_power_iter=int(cfg.svd.get("n_power_iter", 2)),
-                fuse_passes=bool(cfg.svd.get("fuse_passes", True)),
+                n_power_iter=cfg.svd.n_power_iter,
+                fuse_passes=cfg.svd.fuse_passes,
                 random_state=cfg.random_state,
             )
             U = U.compute()
@@ -349,7 +350,7 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
     wd.record(f"svd/{split}", key)
     return {
         "rank": rank,
-        "method": cfg.svd.get("method"),
+        "method": cfg.svd.method,
         "seconds": time.perf_counter() - t0,
         "top_singular_values": [float(v) for v in np.asarray(s)[:10]],
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -9,7 +11,7 @@ from click.testing import CliRunner
 from lsd_dask import cli
 from lsd_dask.distributed import check_cluster_config
 from lsd_dask.pipeline import load_config
-from lsd_dask.pipeline.config import SVD_DEFAULTS
+from lsd_dask.pipeline.config import SVD_DEFAULTS, SvdSettings
 
 
 @pytest.fixture
@@ -97,7 +99,8 @@ def test_one_file_under_two_ids(folder):
 
 def test_overrides_merge_into_the_svd_section(folder):
     cfg = load_config(folder / "pipeline.yaml", svd={"rank": 25})
-    assert cfg.svd == {**SVD_DEFAULTS, "rank": 25, "n_power_iter": 3}  # the file's n_power_iter
+    assert asdict(cfg.svd) == {**SVD_DEFAULTS, "rank": 25, "n_power_iter": 3}  # file's n_power_iter
+    assert cfg.svd == SvdSettings(rank=25, n_power_iter=3)
 
 
 def test_cluster_settings_are_limited_and_paths_relative_to_the_file(folder):
