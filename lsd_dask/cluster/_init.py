@@ -23,14 +23,27 @@ def sample_rows(X: Any, rng: np.random.Generator, n_max: int = SEED_SAMPLE) -> n
 
 
 def kmeanspp_rows(
-    X: Any, k: int, rng: np.random.Generator, *, metric: str = "cosine"
+    X: Any,
+    k: int,
+    rng: np.random.Generator,
+    *,
+    metric: str = "cosine",
+    n_local_trials: int | None = None,
 ) -> np.ndarray:
-    """k-means++ seeding (D² sampling) on a subsample of the rows of X.
+    """Greedy k-means++ seeding (D² sampling) on a subsample of the rows of X.
+
+    Each new centre is the best of ``n_local_trials`` D²-sampled candidates: the one that
+    lowers the summed distance to the nearest centre most (Arthur and Vassilvitskii's
+    greedy variant, scikit-learn's default). On the realistic 32k-surface study at
+    K = 400 it lifts spherical k-means' NMI from 0.951 to the level of scikit-learn's KMeans
+    (see ``docs/benchmarks.md``).
 
     Parameters
     ----------
     metric : {"cosine", "euclidean"}
         "cosine" uses ``1 - x·c`` on unit rows (spherical k-means, directional clustering).
+    n_local_trials : int or None
+        Candidates per centre; None: ``2 + int(log(k))``. 1 is plain k-means++.
 
     Returns
     -------
@@ -43,22 +56,29 @@ def kmeanspp_rows(
         norms = np.linalg.norm(S, axis=1, keepdims=True)
         S = S / np.where(norms > 0, norms, 1.0)
     m = S.shape[0]
+    trials = 2 + int(np.log(k)) if n_local_trials is None else int(n_local_trials)
     first = int(rng.integers(m))
     centers = [S[first]]
-    d2 = _dist(S, centers[0], metric)
+    d2 = _dist(S, S[first : first + 1], metric)[:, 0]
     for _ in range(1, k):
         total = d2.sum()
         if total <= 0:  # fewer distinct rows than clusters: pick any unused row
             j = int(rng.integers(m))
+            best = _dist(S, S[j : j + 1], metric)[:, 0]
         else:
-            j = int(rng.choice(m, p=d2 / total))
+            cand = rng.choice(m, size=trials, p=d2 / total)
+            # every candidate's new distances at once; keep the one with the least potential
+            new = np.minimum(d2[:, None], _dist(S, S[cand], metric))
+            pick = int(np.argmin(new.sum(axis=0)))
+            j, best = int(cand[pick]), new[:, pick]
         centers.append(S[j])
-        d2 = np.minimum(d2, _dist(S, S[j], metric))
+        d2 = np.minimum(d2, best)
     return np.stack(centers)
 
 
-def _dist(S: np.ndarray, c: np.ndarray, metric: str) -> np.ndarray:
+def _dist(S: np.ndarray, C: np.ndarray, metric: str) -> np.ndarray:
+    """Distances of every row of S to every row of C: (m, len(C))."""
     if metric == "cosine":
-        return np.maximum(1.0 - S @ c, 0.0)
-    diff = S - c
-    return np.einsum("ij,ij->i", diff, diff)
+        return np.maximum(1.0 - S @ C.T, 0.0)
+    sq = np.einsum("ij,ij->i", S, S)[:, None] - 2.0 * (S @ C.T) + np.einsum("ij,ij->i", C, C)
+    return np.maximum(sq, 0.0)

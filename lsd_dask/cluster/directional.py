@@ -227,6 +227,8 @@ def select_n_clusters(
     ``-2 log L = n d (log(2 π σ²) + 1)``. Free parameters: the K × d centres, the n
     coefficients and σ², so ``AIC = 2 (K d + n + 1) + n d (log(2 π σ²) + 1)``.
 
+    The default estimator is ``DirectionalClustering(n_init=5, random_state=0)``.
+
     Returns
     -------
     best : int
@@ -236,7 +238,9 @@ def select_n_clusters(
         raise ValueError(f"criterion must be 'aic', got {criterion!r}.")
     X = check_array(X)
     n, d = X.shape
-    base = estimator if estimator is not None else DirectionalClustering(random_state=0)
+    # AIC compares each K's best fit: a local optimum at one K would decide the choice,
+    # so the default estimator keeps the lowest cost of 5 seedings
+    base = estimator if estimator is not None else DirectionalClustering(n_init=5, random_state=0)
     scores: dict[int, float] = {}
     for k in candidates:
         est = _clone_with(base, int(k))
