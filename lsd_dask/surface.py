@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from ._validation import check_labels, check_random_state
+from ._validation import check_labels, check_random_state, is_dask
 
 __all__ = [
     "Mesh",
@@ -29,6 +29,7 @@ __all__ = [
     "two_hemisphere_mesh",
     "combine_meshes",
     "smooth_on_mesh",
+    "smoothing_steps",
 ]
 
 
@@ -345,21 +346,56 @@ def combine_meshes(meshes: dict[str, Mesh] | Sequence[Mesh]) -> tuple[Mesh, np.n
     return Mesh(V, F), offsets.astype(np.int64)
 
 
-def smooth_on_mesh(data: np.ndarray, adjacency: sp.spmatrix, n_iter: int = 1) -> np.ndarray:
+def smooth_on_mesh(data: Any, adjacency: sp.spmatrix, n_iter: int = 1) -> Any:
     """Average every vertex with its neighbours ``n_iter`` times (a discrete heat kernel).
+
+    ``W = (D + I)^{-1} (A + I)``: each step is one sparse product. For a dask array
+    (row-chunked), each output block is ``W[rows] @ data[needed]``, where ``needed`` are the
+    rows the block's vertices touch, so a task holds only the blocks that hold their
+    neighbours (mesh files number neighbouring vertices near each other).
 
     Parameters
     ----------
-    data : ndarray of shape (n_vertices, ...)
+    data : ndarray or dask array of shape (n_vertices, ...)
     adjacency : sparse matrix of shape (n_vertices, n_vertices)
+    n_iter : int
+        Steps; see :func:`smoothing_steps` for the steps of a FWHM in mm.
     """
-    A = sp.csr_matrix(adjacency, dtype=np.float64)
-    A = A + sp.identity(A.shape[0], format="csr")
-    W = sp.diags(1.0 / np.asarray(A.sum(axis=1)).ravel()) @ A
+    W = _averaging_operator(adjacency)
+    if W.shape[0] != data.shape[0]:
+        raise ValueError(f"data has {data.shape[0]} rows but the adjacency {W.shape[0]} vertices.")
     out = data
+    if is_dask(data):
+        for _ in range(int(n_iter)):
+            out = _dask_step(W, out)
+        return out
     for _ in range(int(n_iter)):
         out = W @ out
     return np.asarray(out, dtype=data.dtype)
+
+
+def smoothing_steps(vertices: np.ndarray, adjacency: sp.spmatrix, fwhm_mm: float) -> int:
+    """Steps of :func:`smooth_on_mesh` that blur by about ``fwhm_mm`` (full width at half
+    maximum, in the mesh's units, mm for cortical surfaces).
+
+    One step moves a unit of mass to each of a vertex's ``d`` neighbours with probability
+    ``1 / (d + 1)``: a random walk whose squared displacement grows by
+    ``d / (d + 1) * mean squared edge length`` per step, half of it along each axis of the
+    surface. After t steps the blur is Gaussian-like with ``sigma^2 = t * that / 2``, and
+    ``FWHM = sqrt(8 ln 2) sigma``.
+    """
+    if fwhm_mm < 0:
+        raise ValueError(f"fwhm_mm must be >= 0, got {fwhm_mm}.")
+    A = sp.coo_matrix(adjacency)
+    if A.nnz == 0 or fwhm_mm == 0:
+        return 0
+    V = np.asarray(vertices, np.float64)
+    edge2 = np.sum((V[A.row] - V[A.col]) ** 2, axis=1)
+    deg = np.bincount(A.row, minlength=V.shape[0]).astype(np.float64)
+    per_vertex = np.bincount(A.row, weights=edge2, minlength=V.shape[0]) / (deg + 1.0)
+    var_per_step = float(np.mean(per_vertex)) / 2.0  # per axis of the surface
+    sigma2 = fwhm_mm**2 / (8.0 * np.log(2.0))
+    return int(max(1, round(sigma2 / var_per_step)))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -416,3 +452,35 @@ def _icosahedron() -> tuple[np.ndarray, list[tuple[int, int, int]]]:
         (9, 8, 1),
     ]
     return V, F
+
+
+def _averaging_operator(adjacency: sp.spmatrix) -> sp.csr_matrix:
+    A = sp.csr_matrix(adjacency, dtype=np.float64)
+    A = A + sp.identity(A.shape[0], format="csr")
+    return sp.csr_matrix(sp.diags(1.0 / np.asarray(A.sum(axis=1)).ravel()) @ A)
+
+
+def _dask_step(W: sp.csr_matrix, X: Any) -> Any:
+    """One lazy ``W @ X`` for row-chunked X: one task per row block, each reading only the
+    rows its vertices neighbour."""
+    import dask.array as da
+
+    X = X.rechunk({i: -1 for i in range(1, X.ndim)}) if X.ndim > 1 else X
+    starts = np.concatenate([[0], np.cumsum(X.chunks[0])])
+    blocks = []
+    for a, b in zip(starts[:-1], starts[1:], strict=True):
+        Wb = W[a:b]
+        need = np.unique(Wb.indices)
+        local = sp.csr_matrix(
+            (Wb.data, np.searchsorted(need, Wb.indices), Wb.indptr), shape=(b - a, need.size)
+        )
+        part = X[need]
+        blocks.append(
+            da.map_blocks(
+                lambda xb, M=local: np.asarray(M @ xb, dtype=xb.dtype),
+                part.rechunk({0: -1}),
+                dtype=X.dtype,
+                chunks=((b - a),) + part.chunks[1:],
+            )
+        )
+    return da.concatenate(blocks, axis=0)

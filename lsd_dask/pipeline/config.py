@@ -14,6 +14,7 @@ A pipeline YAML looks like::
     ks: [50, 100]
     svd: {method: randomized, rank: 1000, n_power_iter: 2}   # fuse_passes: true (q+2 reads)
     min_region_size: 20
+    feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
     output: results/
     work: null                     # default <output>/work; or a URL, e.g. s3://bucket/run/work
@@ -121,6 +122,9 @@ class PipelineConfig:
     cluster: str | dict[str, Any] | None = None
     random_state: int = 0
     null_repeats: int = 5
+    #: blur of the SVD features along the mesh before clustering (FWHM, mm; 0: none), for
+    #: spatially coherent parcels
+    feature_smoothing_mm: float = 0.0
     #: where the stores, SVD results and labels go: ``<output>/work`` (None), another
     #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
     work: str | None = None
@@ -263,6 +267,9 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         cluster=_cluster(raw.get("cluster"), base),
         random_state=_int(raw.get("random_state", 0), "random_state", 0),
         null_repeats=_int(raw.get("null_repeats", 5), "null_repeats", 0),
+        feature_smoothing_mm=_nonnegative(
+            raw.get("feature_smoothing_mm", 0.0), "feature_smoothing_mm"
+        ),
         work=_work(raw.get("work"), base),
         storage_options=_mapping(raw.get("storage_options"), "storage_options"),
     )
@@ -271,6 +278,15 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
 
 
 _TOP_KEYS = {f.name for f in fields(PipelineConfig)} | {"globs"}
+
+
+def _nonnegative(v: Any, key: str) -> float:
+    """A number >= 0 (not a bool or a word)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{key}: {v!r} is not a number.")
+    if not v >= 0:
+        raise ValueError(f"{key}: must be >= 0, got {v!r}.")
+    return float(v)
 
 
 def _work(v: Any, base: Path) -> str | None:

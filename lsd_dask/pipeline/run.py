@@ -48,7 +48,14 @@ from ..io.zarr_store import open_split, verify_split, write_split
 from ..linalg import randomized_svd, streaming_svd
 from ..linalg.randomized import svd_task_bytes
 from ..similarity import unit_rows
-from ..surface import Mesh, grow_sized_regions, mesh_adjacency, split_connected
+from ..surface import (
+    Mesh,
+    grow_sized_regions,
+    mesh_adjacency,
+    smooth_on_mesh,
+    smoothing_steps,
+    split_connected,
+)
 from .config import PipelineConfig
 from .workdir import WorkDir, file_identity
 
@@ -101,9 +108,15 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     t0 = time.perf_counter()
     jobs = [(split, m, k) for split in splits for m in cfg.methods for k in cfg.ks]
     features: dict[str, Any] = {}  # loaded on first need: a resumed run may need none
+    smoothing = _feature_smoothing(cfg, meshes, sizes, kept)
+    if smoothing is not None:
+        log(
+            f"[cluster] features blurred along the mesh: FWHM {cfg.feature_smoothing_mm:g} mm "
+            f"({smoothing[0]} averaging steps)"
+        )
     for i, (split, method, k) in enumerate(jobs, 1):
         log(f"[cluster] {_bar(i - 1, len(jobs))} next: {split} {method} K={k}")
-        _stage_cluster(cfg, split, method, k, features, kept, wd, log)
+        _stage_cluster(cfg, split, method, k, features, kept, wd, log, smoothing)
     timings["cluster"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -391,13 +404,31 @@ def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:
 IN_MEMORY_FEATURES_BYTES = 64 * 2**20
 
 
-def _features(wd: WorkDir, split: str) -> Any:
-    """Unit rows of U: a dask array persisted on the workers, or numpy when small."""
+def _features(wd: WorkDir, split: str, smoothing: tuple[int, Any] | None = None) -> Any:
+    """Unit rows of U, blurred along the mesh when asked (then unit rows again): a dask
+    array persisted on the workers, or numpy when small."""
     U = wd.load_npy(wd.u(split), mmap=True)
     if U.nbytes <= IN_MEMORY_FEATURES_BYTES:
-        return unit_rows(np.asarray(U))
-    chunk = max(1, min(U.shape[0], 16384))
-    return unit_rows(da.from_array(U, chunks=(chunk, U.shape[1]))).persist()
+        F = unit_rows(np.asarray(U))
+    else:
+        chunk = max(1, min(U.shape[0], 16384))
+        F = unit_rows(da.from_array(U, chunks=(chunk, U.shape[1])))
+    if smoothing is not None:
+        steps, A = smoothing
+        F = unit_rows(smooth_on_mesh(F, A, n_iter=steps))
+    return F.persist() if isinstance(F, da.Array) else F
+
+
+def _feature_smoothing(
+    cfg: PipelineConfig, meshes: dict[str, Mesh], sizes: list[int], kept: np.ndarray
+) -> tuple[int, Any] | None:
+    """(steps, adjacency of the kept vertices) for ``feature_smoothing_mm``, or None."""
+    if cfg.feature_smoothing_mm <= 0:
+        return None
+    A = mesh_adjacency([meshes[h].faces for h in HEMISPHERES], sizes)
+    A = A[kept][:, kept].tocsr()
+    V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])[kept]
+    return smoothing_steps(V, A, cfg.feature_smoothing_mm), A
 
 
 def _estimator(method: str, k: int, seed: int) -> Any:
@@ -422,6 +453,7 @@ def _stage_cluster(
     kept: np.ndarray,
     wd: WorkDir,
     log: Log,
+    smoothing: tuple[int, Any] | None = None,
 ) -> None:
     path = wd.labels(split, method, k)
     est = _estimator(method, k, cfg.random_state)
@@ -430,6 +462,10 @@ def _stage_cluster(
         "method": method,
         "k": k,
         "params": est.get_params(),
+        "feature_smoothing": {
+            "fwhm_mm": cfg.feature_smoothing_mm,
+            "steps": 0 if smoothing is None else smoothing[0],
+        },
         "lsd_dask": __version__,
     }
     name = f"cluster/{split}/{method}/K{k}"
@@ -438,7 +474,7 @@ def _stage_cluster(
         return
     if split not in features:
         features.clear()  # one split's features in memory at a time
-        features[split] = _features(wd, split)
+        features[split] = _features(wd, split, smoothing)
     t0 = time.perf_counter()
     est.fit(features[split])
     lab = np.asarray(est.labels_.compute() if hasattr(est.labels_, "compute") else est.labels_)
