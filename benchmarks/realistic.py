@@ -27,6 +27,7 @@ refined labels (the default).
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 import warnings
 from collections import defaultdict
@@ -37,7 +38,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.extmath import randomized_svd
 
 from lsd_dask import cluster, metrics
-from lsd_dask.surface import combine_meshes, split_connected
+from lsd_dask.surface import combine_meshes, smooth_on_mesh, smoothing_steps, split_connected
 
 #: fitted methods; each yields one or more rows of the table
 METHODS = (
@@ -97,6 +98,7 @@ def realistic_data(args: argparse.Namespace) -> dict[str, Any]:
             f"{study.n_timepoints} TRs, SNR {args.snr}, {int(study.cortex.sum())} vertices"
         ),
         "A": combined.adjacency()[study.cortex][:, study.cortex].tocsr(),
+        "V": combined.vertices[study.cortex],
         "truth": study.labels[study.cortex],
         "columns": cols,
     }
@@ -120,6 +122,7 @@ def real_data(args: argparse.Namespace) -> dict[str, Any]:
             f"{int(keep.sum())} of {keep.size} vertices (constant ones dropped)"
         ),
         "A": combined.adjacency()[keep][:, keep].tocsr(),
+        "V": combined.vertices[keep],
         "truth": None,
         "columns": {s: _zscore(h[keep]) for s, h in halves.items()},
     }
@@ -134,6 +137,14 @@ def main() -> None:
     ap.add_argument("--scale", type=int, default=400, help="Vos de Wael parcels (the truth).")
     ap.add_argument("--rank", type=int, default=100, help="Least rank; max(rank, K) is used.")
     ap.add_argument("--snr", type=float, default=0.5)
+    ap.add_argument(
+        "--smooth-mm",
+        type=float,
+        nargs="+",
+        default=[],
+        help="Also fit every method on features blurred along the mesh by this FWHM (mm); "
+        "rows '<method>+smooth<mm>' (the pipeline's feature_smoothing_mm).",
+    )
     args = ap.parse_args()
     # capped runs (spherical k-means' 100 iterations) are part of what is measured
     warnings.simplefilter("ignore", ConvergenceWarning)
@@ -147,8 +158,14 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for k in ks:
         rank = max(args.rank, k)
-        feats = {s: _svd_rows(X, rank, 0) for s, X in data["columns"].items()}
-        for method in args.methods:
+        base = {s: _svd_rows(X, rank, 0) for s, X in data["columns"].items()}
+        variants = [("", base)] + [
+            (f"+smooth{mm:g}", {s: _smoothed(F, data, mm) for s, F in base.items()})
+            for mm in args.smooth_mm
+        ]
+        for (suffix, feats), method in itertools.product(variants, args.methods):
+            if suffix and method == "ward_mesh":
+                continue  # ward already follows the mesh
             rows: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
             secs = []
             seeds = args.seeds[:1] if method in DETERMINISTIC else args.seeds
@@ -161,7 +178,8 @@ def main() -> None:
                 for name in per_split["split1"]:
                     rows[name].append({s: np.asarray(v[name]) for s, v in per_split.items()})
             for name, runs in rows.items():
-                print(_row(k, rank, name, runs, truth, A, float(np.mean(secs))), flush=True)
+                line = _row(k, rank, name + suffix, runs, truth, A, float(np.mean(secs)))
+                print(line, flush=True)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -191,6 +209,13 @@ def _row(
         f"| {k} | {rank} | {name} | {np.mean(nmi):.3f} ± {np.std(nmi):.3f} | "
         f"{np.mean(ari):.3f} | {np.mean(dice):.3f} | {reg[0]:.0f}/{reg[1]:.0f} | {secs:.1f} |"
     )
+
+
+def _smoothed(F: np.ndarray, data: dict[str, Any], mm: float) -> np.ndarray:
+    """Unit-row features blurred along the mesh by ``mm`` FWHM, unit rows again."""
+    steps = smoothing_steps(data["V"], data["A"], mm)
+    G = smooth_on_mesh(F, data["A"], n_iter=steps)
+    return G / np.linalg.norm(G, axis=1, keepdims=True)
 
 
 def _zscore(x: np.ndarray) -> np.ndarray:
