@@ -94,7 +94,7 @@ def main(debug: bool) -> None:
     "methods",
     multiple=True,
     help="Methods (repeat; overrides `methods`): directional, lsd, hierarchical_lsd, "
-    "spherical_kmeans, kmeans, spectral.",
+    "spherical_kmeans, kmeans, spectral, ward (mesh-constrained).",
 )
 @click.option("--rank", type=int, default=None, help="SVD rank (overrides `svd.rank`).")
 @click.option(

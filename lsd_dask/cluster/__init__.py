@@ -7,6 +7,7 @@ from .lsd import LSD
 from .nmf import NMF, SemiNMF
 from .sof import SoF
 from .spectral import SpectralClustering
+from .ward import MeshWard
 
 __all__ = [
     "LSD",
@@ -21,4 +22,5 @@ __all__ = [
     "SoF",
     "NMF",
     "SemiNMF",
+    "MeshWard",
 ]

@@ -51,6 +51,7 @@ METHODS = (
     "spherical_kmeans",
     "kmeans",
     "spectral",
+    "ward",
 )
 
 

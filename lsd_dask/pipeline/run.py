@@ -31,6 +31,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 from distributed import KilledWorker
 
 from .. import __version__, metrics
@@ -108,7 +109,12 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     t0 = time.perf_counter()
     jobs = [(split, m, k) for split in splits for m in cfg.methods for k in cfg.ks]
     features: dict[str, Any] = {}  # loaded on first need: a resumed run may need none
-    smoothing = _feature_smoothing(cfg, meshes, sizes, kept)
+    geometry = _kept_geometry(cfg, meshes, sizes, kept)
+    smoothing = None
+    if cfg.feature_smoothing_mm > 0 and geometry is not None:
+        V, A_kept = geometry
+        smoothing = (smoothing_steps(V, A_kept, cfg.feature_smoothing_mm), A_kept)
+    connectivity = None if geometry is None else geometry[1]
     if smoothing is not None:
         log(
             f"[cluster] features blurred along the mesh: FWHM {cfg.feature_smoothing_mm:g} mm "
@@ -116,7 +122,7 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
         )
     for i, (split, method, k) in enumerate(jobs, 1):
         log(f"[cluster] {_bar(i - 1, len(jobs))} next: {split} {method} K={k}")
-        _stage_cluster(cfg, split, method, k, features, kept, wd, log, smoothing)
+        _stage_cluster(cfg, split, method, k, features, kept, wd, log, smoothing, connectivity)
     timings["cluster"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -419,22 +425,23 @@ def _features(wd: WorkDir, split: str, smoothing: tuple[int, Any] | None = None)
     return F.persist() if isinstance(F, da.Array) else F
 
 
-def _feature_smoothing(
+def _kept_geometry(
     cfg: PipelineConfig, meshes: dict[str, Mesh], sizes: list[int], kept: np.ndarray
-) -> tuple[int, Any] | None:
-    """(steps, adjacency of the kept vertices) for ``feature_smoothing_mm``, or None."""
-    if cfg.feature_smoothing_mm <= 0:
+) -> tuple[np.ndarray, Any] | None:
+    """(vertex coordinates, mesh adjacency) of the kept vertices, when a spatial option or
+    mesh-constrained ward needs them; None otherwise."""
+    if cfg.feature_smoothing_mm <= 0 and "ward" not in cfg.methods:
         return None
     A = mesh_adjacency([meshes[h].faces for h in HEMISPHERES], sizes)
-    A = A[kept][:, kept].tocsr()
-    V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])[kept]
-    return smoothing_steps(V, A, cfg.feature_smoothing_mm), A
+    V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])
+    return V[kept], A[kept][:, kept].tocsr()
 
 
-def _estimator(method: str, k: int, seed: int) -> Any:
+def _estimator(method: str, k: int, seed: int, connectivity: Any = None) -> Any:
     from .. import cluster as C
 
     return {
+        "ward": lambda: C.MeshWard(k, connectivity=connectivity, random_state=seed),
         "directional": lambda: C.DirectionalClustering(k, random_state=seed),
         "lsd": lambda: C.LSD(k, random_state=seed),
         "hierarchical_lsd": lambda: C.HierarchicalLSD(k, random_state=seed),
@@ -454,14 +461,19 @@ def _stage_cluster(
     wd: WorkDir,
     log: Log,
     smoothing: tuple[int, Any] | None = None,
+    connectivity: Any = None,
 ) -> None:
     path = wd.labels(split, method, k)
-    est = _estimator(method, k, cfg.random_state)
+    est = _estimator(method, k, cfg.random_state, connectivity)
+    params = {
+        name: {"sparse": list(v.shape), "nnz": int(v.nnz)} if sp.issparse(v) else v
+        for name, v in est.get_params().items()
+    }
     key = {
         "svd": wd.fingerprint_of(f"svd/{split}"),
         "method": method,
         "k": k,
-        "params": est.get_params(),
+        "params": params,
         "feature_smoothing": {
             "fwhm_mm": cfg.feature_smoothing_mm,
             "steps": 0 if smoothing is None else smoothing[0],

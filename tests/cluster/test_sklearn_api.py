@@ -16,6 +16,7 @@ from lsd_dask.cluster import (
     DirectionalClustering,
     HierarchicalLSD,
     KMeans,
+    MeshWard,
     SemiNMF,
     SoF,
     SpectralClustering,
@@ -53,6 +54,7 @@ def _expected(est):
         SoF(3, n_neighbors=3, random_state=0),
         SemiNMF(3, random_state=0),
         NMF(3, random_state=0),
+        MeshWard(3),
     ],
     expected_failed_checks=_expected,
 )

@@ -238,3 +238,25 @@ def test_feature_smoothing_recomputes_clusters_only_and_follows_the_parcels(
             assert any("recomputing (changed: feature_smoothing" in line for line in logs)
             assert any("averaging steps" in line for line in logs)
     assert nmi[15.0] > nmi[0.0] + 0.1
+
+
+def test_mesh_constrained_ward_method_gives_connected_parcels(tmp_path, study):
+    from scipy.sparse.csgraph import connected_components
+
+    from lsd_dask.surface import mesh_adjacency
+
+    write_study(study, tmp_path, fmt="gifti")
+    cfg = _config(tmp_path, ks=[10], methods=["ward", "spherical_kmeans"])
+    report = run_pipeline(cfg, log=lambda s: None)
+    rows = {r["method"]: r for r in report["scores"]}
+    assert rows["ward"]["dice"] > rows["ward"]["null_dice_mean"]
+    m = study.meshes
+    A = mesh_adjacency(
+        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
+    )
+    for split in ("split1", "split2"):
+        lab = np.load(cfg.output / "work" / "labels" / f"{split}_ward_K10.npy")
+        assert sorted(set(np.unique(lab)) - {0}) == list(range(1, 11))
+        for c in range(1, 11):
+            sub = A[lab == c][:, lab == c]
+            assert connected_components(sub, directed=False)[0] == 1
