@@ -7,6 +7,7 @@ combined adjacency is block diagonal and no edge crosses the midline.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from ._validation import check_labels, check_random_state, is_dask
+from ._validation import check_labels, check_random_state, compute, is_dask
 
 __all__ = [
     "Mesh",
@@ -23,6 +24,7 @@ __all__ = [
     "grid_adjacency",
     "split_connected",
     "connected_regions",
+    "contiguous_parcels",
     "grow_regions",
     "grow_sized_regions",
     "icosphere",
@@ -159,6 +161,91 @@ def split_connected(
     new_id[order] = np.arange(1, order.size + 1)
     out[fg] = new_id[regions[fg]]
     return out
+
+
+def contiguous_parcels(
+    labels: Any,
+    adjacency: sp.spmatrix,
+    *,
+    min_size: int = 20,
+    features: np.ndarray | None = None,
+    background: int = -1,
+) -> np.ndarray:
+    """Make every parcel one connected piece of the mesh.
+
+    Each label is split into its connected regions; then, smallest first, every region
+    under ``min_size`` vertices merges into the neighbouring region whose mean feature row
+    is most similar (cosine), or, without ``features``, the one it shares most edges with.
+    A region with no neighbour stays as it is.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_vertices,)
+    adjacency : sparse matrix of shape (n_vertices, n_vertices)
+    min_size : int, default=20
+    features : ndarray or dask array of shape (n_vertices, d), optional
+        Only per-region sums are taken from it (one pass over a dask array).
+    background : int, default=-1
+        Vertices with this label stay background (0 in the result).
+
+    Returns
+    -------
+    ndarray of shape (n_vertices,), int64
+        Parcels numbered ``1..P`` by their lowest vertex; ``0`` for background.
+    """
+    A = sp.csr_matrix(adjacency)
+    regions = connected_regions(labels, A, background=background)
+    fg = regions >= 0
+    out = np.full(regions.size, -1, np.int64)
+    out[fg] = regions[fg]
+    n_reg = int(out.max()) + 1 if np.any(fg) else 0
+    size = np.bincount(out[fg], minlength=n_reg)
+    sums = None
+    if features is not None and n_reg:
+        from .linalg.reductions import cluster_sums  # numpy or dask rows, K-sized result
+
+        sums = np.array(compute(cluster_sums(features, out, n_reg))[0], dtype=np.float64)
+    members = {r: [] for r in range(n_reg)}
+    for v in np.flatnonzero(fg):
+        members[int(out[v])].append(int(v))
+    parent = np.arange(n_reg)
+    pending = sorted((int(size[r]), r) for r in range(n_reg) if size[r] < min_size)
+    heapq.heapify(pending)
+    while pending:
+        sz, r = heapq.heappop(pending)
+        if parent[r] != r or size[r] != sz:
+            continue  # merged away, or grown since it was queued
+        verts = np.asarray(members[r])
+        nb = A[verts].indices
+        nb_reg = out[nb]
+        nb_reg = nb_reg[(nb_reg >= 0) & (nb_reg != r)]
+        if nb_reg.size == 0:
+            continue
+        cand, shared = np.unique(nb_reg, return_counts=True)
+        if sums is not None:
+            c = sums[cand] / np.maximum(np.linalg.norm(sums[cand], axis=1, keepdims=True), 1e-300)
+            me = sums[r] / max(np.linalg.norm(sums[r]), 1e-300)
+            target = int(cand[np.argmax(c @ me)])
+        else:
+            target = int(cand[np.argmax(shared)])
+        out[verts] = target
+        members[target].extend(members.pop(r))
+        parent[r] = target
+        size[target] += size[r]
+        size[r] = 0
+        if sums is not None:
+            sums[target] += sums[r]
+        if size[target] < min_size:
+            heapq.heappush(pending, (int(size[target]), target))
+    # renumber 1..P by lowest vertex
+    result = np.zeros(regions.size, np.int64)
+    if np.any(fg):
+        _, first = np.unique(out[fg], return_index=True)
+        order = np.unique(out[fg])[np.argsort(first)]
+        new_id = np.zeros(n_reg, np.int64)
+        new_id[order] = np.arange(1, order.size + 1)
+        result[fg] = new_id[out[fg]]
+    return result
 
 
 def connected_regions(

@@ -155,3 +155,42 @@ def test_smoothing_steps_give_the_requested_fwhm(fwhm):
     measured = np.sqrt(8 * np.log(2)) * sigma
     assert abs(measured - fwhm) / fwhm < 0.2, (t, measured)
     assert S.smoothing_steps(mesh.vertices, A, 0.0) == 0
+
+
+@given(seed=st.integers(0, 2**16), k=st.integers(2, 12), min_size=st.integers(1, 40))
+@settings(max_examples=25, deadline=None)
+def test_contiguous_parcels(seed, k, min_size):
+    """Every parcel is one connected piece, none under min_size (the mesh is connected), no
+    vertex is lost, and a vertex only ever joins its own connected region's merges."""
+    mesh = S.icosphere(8, radius=50.0)
+    A = mesh.adjacency()
+    rng = np.random.default_rng(seed)
+    # noisy labels: smooth regions plus 10 % random flips (many small fragments)
+    lab = S.grow_regions(A, k, random_state=seed)
+    flip = rng.random(lab.size) < 0.1
+    lab[flip] = rng.integers(0, k, flip.sum())
+    F = rng.standard_normal((lab.size, 4))
+    for feats in (None, F):
+        out = S.contiguous_parcels(lab, A, min_size=min_size, features=feats)
+        assert out.min() == 1
+        sizes = np.bincount(out)[1:]
+        assert sizes.sum() == lab.size
+        assert out.max() == 1 or sizes.min() >= min_size
+        for p in range(1, out.max() + 1):
+            sub = A[out == p][:, out == p]
+            assert connected_components(sub, directed=False)[0] == 1
+        # merging only coarsens the connected regions
+        regions = S.connected_regions(lab, A, background=None)
+        pairs = set(zip(regions.tolist(), out.tolist(), strict=True))
+        assert len({r for r, _ in pairs}) == len(pairs)
+
+
+def test_contiguous_parcels_keeps_a_contiguous_partition():
+    mesh = S.icosphere(8, radius=50.0)
+    A = mesh.adjacency()
+    lab = S.grow_regions(A, 6, random_state=0)
+    out = S.contiguous_parcels(lab, A, min_size=1)
+    from lsd_dask import metrics
+
+    assert out.max() == S.connected_regions(lab, A, background=None).max() + 1
+    assert metrics.ari(lab, out) == pytest.approx(1.0)

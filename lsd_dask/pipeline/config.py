@@ -15,6 +15,7 @@ A pipeline YAML looks like::
     svd: {method: randomized, rank: 1000, n_power_iter: 2}   # fuse_passes: true (q+2 reads)
     min_region_size: 20
     feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first
+    contiguous: false              # true: connected parcels, fragments merged (see run.py)
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
     output: results/
     work: null                     # default <output>/work; or a URL, e.g. s3://bucket/run/work
@@ -126,6 +127,9 @@ class PipelineConfig:
     #: blur of the SVD features along the mesh before clustering (FWHM, mm; 0: none), for
     #: spatially coherent parcels
     feature_smoothing_mm: float = 0.0
+    #: split every cluster into connected parcels and merge fragments under
+    #: ``min_region_size`` into their most similar neighbour (the labels written)
+    contiguous: bool = False
     #: where the stores, SVD results and labels go: ``<output>/work`` (None), another
     #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
     work: str | None = None
@@ -268,6 +272,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         cluster=_cluster(raw.get("cluster"), base),
         random_state=_int(raw.get("random_state", 0), "random_state", 0),
         null_repeats=_int(raw.get("null_repeats", 5), "null_repeats", 0),
+        contiguous=_bool(raw.get("contiguous", False), "contiguous"),
         feature_smoothing_mm=_nonnegative(
             raw.get("feature_smoothing_mm", 0.0), "feature_smoothing_mm"
         ),
@@ -279,6 +284,12 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
 
 
 _TOP_KEYS = {f.name for f in fields(PipelineConfig)} | {"globs"}
+
+
+def _bool(v: Any, key: str) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{key}: true or false, got {v!r}.")
+    return v
 
 
 def _nonnegative(v: Any, key: str) -> float:

@@ -51,6 +51,7 @@ from ..linalg.randomized import svd_task_bytes
 from ..similarity import unit_rows
 from ..surface import (
     Mesh,
+    contiguous_parcels,
     grow_sized_regions,
     mesh_adjacency,
     smooth_on_mesh,
@@ -430,7 +431,7 @@ def _kept_geometry(
 ) -> tuple[np.ndarray, Any] | None:
     """(vertex coordinates, mesh adjacency) of the kept vertices, when a spatial option or
     mesh-constrained ward needs them; None otherwise."""
-    if cfg.feature_smoothing_mm <= 0 and "ward" not in cfg.methods:
+    if cfg.feature_smoothing_mm <= 0 and "ward" not in cfg.methods and not cfg.contiguous:
         return None
     A = mesh_adjacency([meshes[h].faces for h in HEMISPHERES], sizes)
     V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])
@@ -478,6 +479,7 @@ def _stage_cluster(
             "fwhm_mm": cfg.feature_smoothing_mm,
             "steps": 0 if smoothing is None else smoothing[0],
         },
+        "contiguous": {"on": cfg.contiguous, "min_size": cfg.min_region_size},
         "lsd_dask": __version__,
     }
     name = f"cluster/{split}/{method}/K{k}"
@@ -491,7 +493,14 @@ def _stage_cluster(
     est.fit(features[split])
     lab = np.asarray(est.labels_.compute() if hasattr(est.labels_, "compute") else est.labels_)
     full = np.zeros(kept.size, np.int32)
-    full[kept] = lab + 1
+    if cfg.contiguous:
+        parcels = contiguous_parcels(
+            lab, connectivity, min_size=cfg.min_region_size, features=features[split]
+        )
+        full[kept] = parcels
+        log(f"[cluster] {split} {method} K={k}: {int(parcels.max())} contiguous parcels")
+    else:
+        full[kept] = lab + 1
     wd.save_npy(path, full)
     wd.record(name, key)
     log(f"[cluster] {split} {method} K={k}: {time.perf_counter() - t0:.1f} s")
@@ -515,6 +524,8 @@ def _stage_scores(
                 "nmi": metrics.nmi(pa, pb, background=0),
                 "ari": metrics.ari(pa, pb, background=0),
                 "n_regions": list(dice.n_regions),
+                # parcels in the written labels (K, or more with `contiguous`)
+                "n_parcels": [int(len(np.unique(v[v > 0]))) for v in (a, b)],
                 **null,
             }
             rows.append(row)

@@ -260,3 +260,29 @@ def test_mesh_constrained_ward_method_gives_connected_parcels(tmp_path, study):
         for c in range(1, 11):
             sub = A[lab == c][:, lab == c]
             assert connected_components(sub, directed=False)[0] == 1
+
+
+def test_contiguous_option_writes_connected_parcels_and_says_how_many(tmp_path, study):
+    from scipy.sparse.csgraph import connected_components
+
+    from lsd_dask.surface import mesh_adjacency
+
+    write_study(study, tmp_path, fmt="gifti")
+    plain = run_pipeline(_config(tmp_path, ks=[10], methods=["directional"]), log=lambda s: None)
+    assert plain["scores"][0]["n_parcels"] == [10, 10]
+    logs: list[str] = []
+    cfg = _config(tmp_path, ks=[10], methods=["directional"], contiguous=True)
+    report = run_pipeline(cfg, log=logs.append)
+    assert any("recomputing (changed: contiguous.on false -> true)" in line for line in logs)
+    m = study.meshes
+    A = mesh_adjacency(
+        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
+    )
+    row = report["scores"][0]
+    for i, split in enumerate(("split1", "split2")):
+        lab = np.load(cfg.output / "work" / "labels" / f"{split}_directional_K10.npy")
+        assert row["n_parcels"][i] == lab.max() == len(np.unique(lab[lab > 0]))
+        for p in range(1, lab.max() + 1):
+            sub = A[lab == p][:, lab == p]
+            assert connected_components(sub, directed=False)[0] == 1
+            assert (lab == p).sum() >= cfg.min_region_size
