@@ -20,6 +20,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 from sklearn.cluster import KMeans as _SkKMeans
 from sklearn.exceptions import ConvergenceWarning
 
@@ -28,6 +29,7 @@ from ..linalg.reductions import cluster_sums, own_centre_projection
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features
 from ._init import kmeanspp_rows
+from ._spatial import greedy_colouring, icm, potts_cost
 
 __all__ = ["KMeans", "SphericalKMeans", "KEVD"]
 
@@ -73,10 +75,24 @@ class _Lloyd(ClusterBase):
         self.inertia_history_ = []
         n_iter = 0
         converged = False
+        beta = float(getattr(self, "spatial_weight", 0.0) or 0.0)
+        if beta > 0:
+            A, colours = self._spatial_setup(X)
+            self.spatial_cost_history_ = []
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - reported
             # centres in X's precision: a float64 C would upcast all of a float32 X
-            new_labels, score = self._assign(X, C.astype(X.dtype, copy=False))
-            new_labels, score = compute(new_labels, score.sum(dtype=np.float64))
+            Cx = C.astype(X.dtype, copy=False)
+            if beta > 0:
+                # ICM from the previous labels: the combined cost never increases
+                (S,) = compute(X @ Cx.T)
+                S = np.asarray(S, np.float64)
+                start = S.argmax(axis=1) if labels is None else labels
+                new_labels = icm(S, start, A, beta, sweeps=self.icm_sweeps, colours=colours)
+                score = S[np.arange(S.shape[0]), new_labels].sum()
+                self.spatial_cost_history_.append(potts_cost(S, new_labels, A, beta))
+            else:
+                new_labels, score = self._assign(X, Cx)
+                new_labels, score = compute(new_labels, score.sum(dtype=np.float64))
             new_labels = np.asarray(new_labels, np.int64)
             self.inertia_history_.append(float(score))
             C_new = self._centres(X, new_labels, C, k, rng)
@@ -215,15 +231,61 @@ class SphericalKMeans(_Lloyd):
     init : "kmeans++" or ndarray of shape (n_clusters, n_features)
     max_iter : int, default=100
     tol : float, default=1e-6
+    spatial_weight : float, default=0.0
+        beta of a Potts penalty on the mesh in the assignment step: each mesh edge whose two
+        vertices get different labels costs beta (in units of cosine). 0: none. The
+        assignment is then ICM from the previous labels (:mod:`lsd_dask.cluster._spatial`),
+        and the combined cost ``-sum cos + beta * cut edges`` never increases. Needs the
+        n × K cosines in memory (dask input included).
+    connectivity : sparse matrix of shape (n_samples, n_samples), optional
+        The mesh adjacency of the samples; needed when ``spatial_weight > 0``.
+    icm_sweeps : int, default=2
+        ICM sweeps per assignment step.
     random_state : int, Generator or None
 
     Attributes
     ----------
     labels_, cluster_centers_ (unit rows), n_iter_, inertia_history_ (sum of cosines, which
-    never decreases)
+    never decreases without a spatial term), spatial_cost_history_ (the combined cost, with
+    ``spatial_weight > 0``; never increases)
     """
 
-    _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}
+    _parameter_constraints = {
+        **_COMMON,
+        "init": [frozenset({"kmeans++"}), np.ndarray],
+        "spatial_weight": [("real", 0, None)],
+        "connectivity": [None, sp.spmatrix, sp.sparray],
+        "icm_sweeps": [("int", 1, None)],
+    }
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        init: Any = "kmeans++",
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        spatial_weight: float = 0.0,
+        connectivity: Any = None,
+        icm_sweeps: int = 2,
+        random_state: Any = None,
+    ) -> None:
+        super().__init__(
+            n_clusters, init=init, max_iter=max_iter, tol=tol, random_state=random_state
+        )
+        self.spatial_weight = spatial_weight
+        self.connectivity = connectivity
+        self.icm_sweeps = icm_sweeps
+
+    def _spatial_setup(self, X: Any) -> tuple[Any, np.ndarray]:
+        if self.connectivity is None:
+            raise ValueError("spatial_weight > 0 needs connectivity (the mesh adjacency).")
+        A = sp.csr_matrix(self.connectivity)
+        if A.shape != (X.shape[0], X.shape[0]):
+            raise ValueError(
+                f"connectivity has shape {A.shape}; expected ({X.shape[0]}, {X.shape[0]})."
+            )
+        return A, greedy_colouring(A)
 
     def _prepare(self, X: Any) -> Any:
         return unit_rows(X)
@@ -243,6 +305,9 @@ class KEVD(SphericalKMeans):
 
     _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}
     n_power = 3
+
+    def _spatial_setup(self, X: Any) -> tuple[Any, np.ndarray]:
+        raise ValueError("KEVD has no spatial term; use SphericalKMeans(spatial_weight=...).")
 
     def _assign(self, X: Any, C: np.ndarray) -> tuple[Any, Any]:
         S = abs(X @ C.T)

@@ -1,0 +1,62 @@
+"""The Potts/ICM spatial term of spherical k-means on a real mesh graph."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lsd_dask import metrics
+from lsd_dask.cluster import SphericalKMeans
+from lsd_dask.cluster._spatial import greedy_colouring, icm, potts_cost
+from lsd_dask.surface import grow_regions, icosphere
+
+MESH = icosphere(10, radius=50.0)
+A = MESH.adjacency()
+
+
+def _noisy_parcels(seed: int, k: int = 8, noise: float = 1.5):
+    """Contiguous planted parcels; each vertex's row is its parcel's direction plus noise."""
+    rng = np.random.default_rng(seed)
+    truth = grow_regions(A, k, random_state=seed)
+    D = rng.standard_normal((k, 12))
+    X = D[truth] + noise * rng.standard_normal((truth.size, 12))
+    return X, truth
+
+
+def test_colouring_is_proper():
+    col = greedy_colouring(A)
+    Ac = sp.coo_matrix(A)
+    assert np.all(col[Ac.row] != col[Ac.col]) and col.max() < 10
+
+
+@given(seed=st.integers(0, 2**16), beta=st.floats(0.01, 1.0))
+@settings(max_examples=15, deadline=None)
+def test_icm_and_the_combined_cost_never_increase(seed, beta):
+    X, _ = _noisy_parcels(seed)
+    rng = np.random.default_rng(seed)
+    S = rng.standard_normal((X.shape[0], 8))
+    lab = rng.integers(0, 8, X.shape[0])
+    new = icm(S, lab, A, beta, sweeps=3)
+    assert potts_cost(S, new, A, beta) <= potts_cost(S, lab, A, beta) + 1e-9
+    est = SphericalKMeans(8, spatial_weight=beta, connectivity=A, random_state=seed).fit(X)
+    hist = np.array(est.spatial_cost_history_)
+    assert np.all(np.diff(hist) <= 1e-9 * np.abs(hist[:-1]).max())
+
+
+def test_the_spatial_term_follows_contiguous_parcels():
+    X, truth = _noisy_parcels(0, noise=2.5)
+    Ac = sp.triu(sp.coo_matrix(A), k=1)
+    plain = SphericalKMeans(8, random_state=0).fit(X).labels_
+    spatial = SphericalKMeans(8, spatial_weight=0.3, connectivity=A, random_state=0).fit(X)
+    cut = [np.count_nonzero(v[Ac.row] != v[Ac.col]) for v in (plain, spatial.labels_)]
+    assert cut[1] < 0.5 * cut[0]
+    assert metrics.nmi(truth, spatial.labels_) > metrics.nmi(truth, plain) + 0.05
+    lazy = SphericalKMeans(8, spatial_weight=0.3, connectivity=A, random_state=0)
+    lazy.fit(da.from_array(X, chunks=(300, 12)))
+    assert metrics.ari(np.asarray(lazy.labels_), spatial.labels_) > 0.99
+    # no weight: plain spherical k-means
+    same = SphericalKMeans(8, spatial_weight=0.0, connectivity=A, random_state=0).fit(X)
+    np.testing.assert_array_equal(same.labels_, plain)
