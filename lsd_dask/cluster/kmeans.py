@@ -76,13 +76,16 @@ class _Lloyd(ClusterBase):
         n_iter = 0
         converged = False
         beta = float(getattr(self, "spatial_weight", 0.0) or 0.0)
+        # with a spatial term, plain iterations first: ICM from an arbitrary start would
+        # freeze the labels near it (a vertex inside a region pays beta per neighbour to move)
+        plain_done = False
         if beta > 0:
             A, colours = self._spatial_setup(X)
             self.spatial_cost_history_ = []
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - reported
             # centres in X's precision: a float64 C would upcast all of a float32 X
             Cx = C.astype(X.dtype, copy=False)
-            if beta > 0:
+            if beta > 0 and plain_done:
                 # ICM from the previous labels: the combined cost never increases
                 (S,) = compute(X @ Cx.T)
                 S = np.asarray(S, np.float64)
@@ -100,6 +103,9 @@ class _Lloyd(ClusterBase):
             same = labels is not None and np.array_equal(labels, new_labels)
             labels, C = new_labels, C_new
             if same or shift <= self.tol:
+                if beta > 0 and not plain_done:
+                    plain_done = True
+                    continue
                 converged = True
                 break
         if not converged:
@@ -234,9 +240,10 @@ class SphericalKMeans(_Lloyd):
     spatial_weight : float, default=0.0
         beta of a Potts penalty on the mesh in the assignment step: each mesh edge whose two
         vertices get different labels costs beta (in units of cosine). 0: none. The
-        assignment is then ICM from the previous labels (:mod:`lsd_dask.cluster._spatial`),
-        and the combined cost ``-sum cos + beta * cut edges`` never increases. Needs the
-        n × K cosines in memory (dask input included).
+        assignment, once plain spherical k-means has converged, is ICM from the previous
+        labels (:mod:`lsd_dask.cluster._spatial`), and from there the combined cost
+        ``-sum cos + beta * cut edges`` never increases (``spatial_cost_history_``). Needs
+        the n × K cosines in memory (dask input included).
     connectivity : sparse matrix of shape (n_samples, n_samples), optional
         The mesh adjacency of the samples; needed when ``spatial_weight > 0``.
     icm_sweeps : int, default=2
