@@ -18,7 +18,8 @@ Columns: NMI and ARI against the truth (mean ± sd over both splits and every se
 real run between the halves), split-half Dice after the contiguity split (regions under 20
 vertices dropped), the regions per split after that split, and seconds per fit. LSD and
 hierarchical LSD give two rows from one fit: the paper's labels (``*_paper``) and the
-refined labels (the default).
+refined labels (the default). ``spherical_kmeans_potts`` is spherical k-means with a Potts
+penalty of 0.05 per cut mesh edge (the pipeline's ``spatial_weight``).
 
     python benchmarks/realistic.py --data realistic --ks 100 200 400 --seeds 0 1 2
     python benchmarks/realistic.py --data real --ks 50 100 200 --seeds 0 1 2
@@ -45,6 +46,7 @@ METHODS = (
     "kmeans_sklearn",
     "ward_mesh",
     "spherical_kmeans",
+    "spherical_kmeans_potts",
     "directional",
     "directional_paper",
     "lsd",
@@ -72,6 +74,9 @@ def fit(method: str, F: np.ndarray, k: int, seed: int, A: Any) -> dict[str, np.n
         return {method: AgglomerativeClustering(k, linkage="ward", connectivity=A).fit(F).labels_}
     if method == "spherical_kmeans":
         return {method: cluster.SphericalKMeans(k, random_state=seed).fit(F).labels_}
+    if method == "spherical_kmeans_potts":
+        est = cluster.SphericalKMeans(k, spatial_weight=0.05, connectivity=A, random_state=seed)
+        return {method: est.fit(F).labels_}
     if method == "directional":
         return {method: cluster.DirectionalClustering(k, random_state=seed).fit(F).labels_}
     if method == "directional_paper":

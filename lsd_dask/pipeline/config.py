@@ -16,6 +16,7 @@ A pipeline YAML looks like::
     min_region_size: 20
     feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first
     contiguous: false              # true: connected parcels, fragments merged (see run.py)
+    spatial_weight: 0              # spherical_kmeans: Potts penalty per cut mesh edge
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
     output: results/
     work: null                     # default <output>/work; or a URL, e.g. s3://bucket/run/work
@@ -130,6 +131,8 @@ class PipelineConfig:
     #: split every cluster into connected parcels and merge fragments under
     #: ``min_region_size`` into their most similar neighbour (the labels written)
     contiguous: bool = False
+    #: Potts penalty per cut mesh edge in spherical k-means' assignment (0: none)
+    spatial_weight: float = 0.0
     #: where the stores, SVD results and labels go: ``<output>/work`` (None), another
     #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
     work: str | None = None
@@ -273,6 +276,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         random_state=_int(raw.get("random_state", 0), "random_state", 0),
         null_repeats=_int(raw.get("null_repeats", 5), "null_repeats", 0),
         contiguous=_bool(raw.get("contiguous", False), "contiguous"),
+        spatial_weight=_nonnegative(raw.get("spatial_weight", 0.0), "spatial_weight"),
         feature_smoothing_mm=_nonnegative(
             raw.get("feature_smoothing_mm", 0.0), "feature_smoothing_mm"
         ),

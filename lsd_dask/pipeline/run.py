@@ -431,14 +431,18 @@ def _kept_geometry(
 ) -> tuple[np.ndarray, Any] | None:
     """(vertex coordinates, mesh adjacency) of the kept vertices, when a spatial option or
     mesh-constrained ward needs them; None otherwise."""
+    spatial = cfg.spatial_weight > 0 and "spherical_kmeans" in cfg.methods
     if cfg.feature_smoothing_mm <= 0 and "ward" not in cfg.methods and not cfg.contiguous:
-        return None
+        if not spatial:
+            return None
     A = mesh_adjacency([meshes[h].faces for h in HEMISPHERES], sizes)
     V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])
     return V[kept], A[kept][:, kept].tocsr()
 
 
-def _estimator(method: str, k: int, seed: int, connectivity: Any = None) -> Any:
+def _estimator(
+    method: str, k: int, seed: int, connectivity: Any = None, spatial_weight: float = 0.0
+) -> Any:
     from .. import cluster as C
 
     return {
@@ -446,7 +450,12 @@ def _estimator(method: str, k: int, seed: int, connectivity: Any = None) -> Any:
         "directional": lambda: C.DirectionalClustering(k, random_state=seed),
         "lsd": lambda: C.LSD(k, random_state=seed),
         "hierarchical_lsd": lambda: C.HierarchicalLSD(k, random_state=seed),
-        "spherical_kmeans": lambda: C.SphericalKMeans(k, random_state=seed),
+        "spherical_kmeans": lambda: C.SphericalKMeans(
+            k,
+            spatial_weight=spatial_weight,
+            connectivity=connectivity if spatial_weight > 0 else None,
+            random_state=seed,
+        ),
         "kmeans": lambda: C.KMeans(k, random_state=seed),
         "spectral": lambda: C.SpectralClustering(k, random_state=seed),
     }[method]()
@@ -465,7 +474,7 @@ def _stage_cluster(
     connectivity: Any = None,
 ) -> None:
     path = wd.labels(split, method, k)
-    est = _estimator(method, k, cfg.random_state, connectivity)
+    est = _estimator(method, k, cfg.random_state, connectivity, cfg.spatial_weight)
     params = {
         name: {"sparse": list(v.shape), "nnz": int(v.nnz)} if sp.issparse(v) else v
         for name, v in est.get_params().items()
