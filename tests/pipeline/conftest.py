@@ -10,6 +10,15 @@ import pytest
 from lsd_dask.pipeline import write_study
 from lsd_dask.surface import two_hemisphere_mesh
 from lsd_dask.testing import SurfaceStudy, surface_study
+from lsd_dask.testing.processes import ProcessCluster
+
+
+@pytest.fixture(scope="module")
+def scheduler_address(tmp_path_factory):
+    """A real scheduler and two workers, separate processes on 127.0.0.1 (one per module)."""
+    c = ProcessCluster(tmp_path_factory.mktemp("dask"))
+    yield c.address
+    c.close()
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,6 @@ from lsd_dask.io.surface_files import write_func_gifti
 from lsd_dask.pipeline import write_study
 from lsd_dask.surface import two_hemisphere_mesh
 from lsd_dask.testing import surface_study
-from lsd_dask.testing.processes import ProcessCluster
 
 N_LEFT, N_RIGHT = 252, 362  # two_hemisphere_mesh(5, 6)
 T = 40
@@ -56,14 +55,6 @@ def _study(frequency: tuple[int, int] = (5, 6), seed: int = 0) -> Any:
         noise_std=0.7,
         random_state=seed,
     )
-
-
-@pytest.fixture(scope="module")
-def scheduler_address(tmp_path_factory):
-    """A real scheduler and two workers, separate processes on 127.0.0.1."""
-    c = ProcessCluster(tmp_path_factory.mktemp("dask"))
-    yield c.address
-    c.close()
 
 
 @pytest.fixture(scope="module")

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from lsd_dask.pipeline import run_demo
-from lsd_dask.testing.processes import ProcessCluster
-
-
-@pytest.fixture(scope="module")
-def scheduler_address(tmp_path_factory):
-    c = ProcessCluster(tmp_path_factory.mktemp("dask"))
-    yield c.address
-    c.close()
 
 
 def test_run_demo_recovers_the_planted_parcels_and_resumes(tmp_path, scheduler_address):

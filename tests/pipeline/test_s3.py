@@ -15,7 +15,6 @@ import yaml
 from click.testing import CliRunner
 
 from lsd_dask import cli
-from lsd_dask.testing.processes import ProcessCluster
 
 s3fs = pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -61,13 +60,6 @@ def s3_options():
     yield options
     proc.terminate()
     proc.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def scheduler_address(tmp_path_factory):
-    c = ProcessCluster(tmp_path_factory.mktemp("dask"))
-    yield c.address
-    c.close()
 
 
 def _run(folder, out, scheduler, *extra):
