@@ -14,9 +14,10 @@ refused. A store may also be an fsspec URL (``s3://bucket/run/split1.zarr``, wit
 ``storage_options``): object storage has no rename, so the group is written in place and
 the ``complete`` mark, written last, is what makes it readable.
 
-Codec: none by default. On this machine reading float32 through dask ran at 1.74 GB/s
-uncompressed against 0.55–0.64 GB/s with zarr's default zstd, which saves only ~8 % on
-noisy data (a 1 GB float32 array read once through dask's threads);
+Codec: none by default. On the development machine (``docs/benchmarks.md``) reading
+float32 through dask ran at 1.74 GB/s uncompressed against 0.55–0.64 GB/s with zarr's
+default zstd, which saves only ~8 % on noisy data (a 1 GB float32 array read once through
+dask's threads);
 ``compressor="lz4"`` selects Blosc-LZ4 with byte shuffle.
 """
 

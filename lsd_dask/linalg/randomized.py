@@ -441,7 +441,8 @@ def _orthonormal(Y: Any, row_chunks: tuple, persist: bool) -> Any:
     Each row block is factored on its own (``Y_i = Q_i R_i``), the stacked R's once more
     (``[R_1; …] = Q' R``), and ``Q = diag(Q_i) Q'``. Written here rather than with
     ``dask.array.linalg.tsqr`` because that calls ``numpy.linalg.qr``, 2.7–3.5 times slower
-    than scipy's (LAPACK geqrf/orgqr) on 32,492 × 1,010 float32 blocks on this machine.
+    than scipy's (LAPACK geqrf/orgqr) on 32,492 × 1,010 float32 blocks (measured on the
+    2-core AVX2 development machine of ``docs/benchmarks.md``).
     """
     Y = Y.rechunk({0: row_chunks, 1: -1})
     l = Y.shape[1]

@@ -407,7 +407,7 @@ def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:
 
 
 #: features smaller than this are clustered in memory: a cluster round trip per iteration
-#: costs more than the arithmetic (the mission's 64,984 x 1,000 float32 is 260 MB: dask)
+#: costs more than the arithmetic (a full-size study's 64,984 x 1,000 float32 is 260 MB: dask)
 IN_MEMORY_FEATURES_BYTES = 64 * 2**20
 
 
