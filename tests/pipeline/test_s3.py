@@ -50,16 +50,19 @@ def s3_options():
     }
     import boto3
 
-    boto3.client(
+    request = boto3.client(
         "s3",
         endpoint_url=options["client_kwargs"]["endpoint_url"],
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
         region_name="us-east-1",
-    ).create_bucket(Bucket=BUCKET)
-    yield options
-    proc.terminate()
-    proc.wait(timeout=30)
+    )
+    try:
+        request.create_bucket(Bucket=BUCKET)
+        yield options
+    finally:  # the server never outlives the module, even when setting up failed
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def _run(folder, out, scheduler, *extra):
