@@ -106,7 +106,7 @@ def write_split(
     -------
     The path of the completed store (a URL stays a string).
     """
-    folder = Folder(os.path.dirname(os.fspath(path)) or ".", storage_options)
+    folder = _parent(path, storage_options)
     final = os.fspath(path) if not folder.local else os.path.abspath(os.fspath(path))
     if folder.exists(final) and not overwrite:
         raise FileExistsError(f"{final} exists; pass overwrite=True to replace it.")
@@ -182,7 +182,7 @@ def open_split(
 ) -> SplitStore:
     """Open a completed split store lazily (``dask.array.from_zarr``, the store's chunks)."""
     p = os.fspath(path)
-    folder = Folder(os.path.dirname(p) or ".", storage_options)
+    folder = _parent(p, storage_options)
     if not folder.exists(p):
         raise FileNotFoundError(f"no split store at {p}.")
     group = _open_group(p, storage_options)
@@ -213,7 +213,7 @@ def verify_split(
     """
     p = os.fspath(path)
     where = f"{p} (as seen from {platform.node()})"
-    if not Folder(os.path.dirname(p) or ".", storage_options).exists(p):
+    if not _parent(p, storage_options).exists(p):
         raise FileNotFoundError(
             f"split store {where} does not exist: the work folder must be shared with the "
             "Dask workers."
@@ -233,6 +233,11 @@ def verify_split(
             "be shared with the Dask workers, completely."
         )
     return expected
+
+
+def _parent(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> Folder:
+    """The folder (local or a URL) that holds a store."""
+    return Folder(os.path.dirname(os.fspath(path)) or ".", storage_options)
 
 
 def _open_group(path: str, storage_options: dict[str, Any] | None, mode: str = "r") -> Any:

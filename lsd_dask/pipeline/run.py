@@ -110,12 +110,7 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     t0 = time.perf_counter()
     jobs = [(split, m, k) for split in splits for m in cfg.methods for k in cfg.ks]
     features: dict[str, Any] = {}  # loaded on first need: a resumed run may need none
-    geometry = _kept_geometry(cfg, meshes, sizes, kept)
-    smoothing = None
-    if cfg.feature_smoothing_mm > 0 and geometry is not None:
-        V, A_kept = geometry
-        smoothing = (smoothing_steps(V, A_kept, cfg.feature_smoothing_mm), A_kept)
-    connectivity = None if geometry is None else geometry[1]
+    smoothing, connectivity = _spatial_inputs(cfg, meshes, sizes, kept)
     if smoothing is not None:
         log(
             f"[cluster] features blurred along the mesh: FWHM {cfg.feature_smoothing_mm:g} mm "
@@ -426,18 +421,25 @@ def _features(wd: WorkDir, split: str, smoothing: tuple[int, Any] | None = None)
     return F.persist() if isinstance(F, da.Array) else F
 
 
-def _kept_geometry(
+def _spatial_inputs(
     cfg: PipelineConfig, meshes: dict[str, Mesh], sizes: list[int], kept: np.ndarray
-) -> tuple[np.ndarray, Any] | None:
-    """(vertex coordinates, mesh adjacency) of the kept vertices, when a spatial option or
-    mesh-constrained ward needs them; None otherwise."""
-    spatial = cfg.spatial_weight > 0 and "spherical_kmeans" in cfg.methods
-    if cfg.feature_smoothing_mm <= 0 and "ward" not in cfg.methods and not cfg.contiguous:
-        if not spatial:
-            return None
-    A = mesh_adjacency([meshes[h].faces for h in HEMISPHERES], sizes)
-    V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])
-    return V[kept], A[kept][:, kept].tocsr()
+) -> tuple[tuple[int, Any] | None, Any]:
+    """``(smoothing, connectivity)`` for the cluster stage: the averaging steps of
+    ``feature_smoothing_mm`` with the kept vertices' mesh adjacency (or None), and that
+    adjacency when any spatial option or mesh-constrained ward needs it (or None)."""
+    needed = (
+        cfg.feature_smoothing_mm > 0
+        or cfg.contiguous
+        or "ward" in cfg.methods
+        or (cfg.spatial_weight > 0 and "spherical_kmeans" in cfg.methods)
+    )
+    if not needed:
+        return None, None
+    A = mesh_adjacency([meshes[h].faces for h in HEMISPHERES], sizes)[kept][:, kept].tocsr()
+    if cfg.feature_smoothing_mm <= 0:
+        return None, A
+    V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])[kept]
+    return (smoothing_steps(V, A, cfg.feature_smoothing_mm), A), A
 
 
 def _estimator(
