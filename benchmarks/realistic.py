@@ -18,8 +18,8 @@ Columns: NMI and ARI against the truth (mean ± sd over both splits and every se
 real run between the halves), split-half Dice after the contiguity split (regions under 20
 vertices dropped), the regions per split after that split, and seconds per fit. LSD and
 hierarchical LSD give two rows from one fit: the paper's labels (``*_paper``) and the
-refined labels (the default). ``spherical_kmeans_potts`` is spherical k-means with a Potts
-penalty of 0.05 per cut mesh edge (the pipeline's ``spatial_weight``).
+refined labels (the default). ``*_potts`` rows add a Potts penalty of ``--spatial-weight``
+per cut mesh edge to the assignment step (the pipeline's ``spatial_weight``).
 
     python benchmarks/realistic.py --data realistic --ks 100 200 400 --seeds 0 1 2
     python benchmarks/realistic.py --data real --ks 50 100 200 --seeds 0 1 2
@@ -48,6 +48,7 @@ METHODS = (
     "spherical_kmeans",
     "spherical_kmeans_potts",
     "directional",
+    "directional_potts",
     "directional_paper",
     "lsd",
     "hierarchical_lsd",
@@ -62,7 +63,9 @@ def features(study: Any, split: str, rank: int, seed: int) -> np.ndarray:
     return _svd_rows(np.concatenate(xs, axis=1), rank, seed)
 
 
-def fit(method: str, F: np.ndarray, k: int, seed: int, A: Any) -> dict[str, np.ndarray]:
+def fit(
+    method: str, F: np.ndarray, k: int, seed: int, A: Any, beta: float = 2.0
+) -> dict[str, np.ndarray]:
     """Fit one method; returns its row name(s) mapped to labels."""
     if method == "kmeans_sklearn":
         from sklearn.cluster import KMeans
@@ -75,7 +78,12 @@ def fit(method: str, F: np.ndarray, k: int, seed: int, A: Any) -> dict[str, np.n
     if method == "spherical_kmeans":
         return {method: cluster.SphericalKMeans(k, random_state=seed).fit(F).labels_}
     if method == "spherical_kmeans_potts":
-        est = cluster.SphericalKMeans(k, spatial_weight=0.05, connectivity=A, random_state=seed)
+        est = cluster.SphericalKMeans(k, spatial_weight=beta, connectivity=A, random_state=seed)
+        return {method: est.fit(F).labels_}
+    if method == "directional_potts":
+        est = cluster.DirectionalClustering(
+            k, spatial_weight=beta, connectivity=A, random_state=seed
+        )
         return {method: est.fit(F).labels_}
     if method == "directional":
         return {method: cluster.DirectionalClustering(k, random_state=seed).fit(F).labels_}
@@ -143,6 +151,9 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=100, help="Least rank; max(rank, K) is used.")
     ap.add_argument("--snr", type=float, default=0.5)
     ap.add_argument(
+        "--spatial-weight", type=float, default=2.0, help="Potts weight of the *_potts rows."
+    )
+    ap.add_argument(
         "--smooth-mm",
         type=float,
         nargs="+",
@@ -157,6 +168,7 @@ def main() -> None:
     data = realistic_data(args) if args.data == "realistic" else real_data(args)
     truth, A = data["truth"], data["A"]
     print(data["title"])
+    print(f"Potts weight of the *_potts rows: {args.spatial_weight}")
     against = "truth" if truth is not None else "the other half"
     print(f"NMI and ARI against {against}; mean ± sd over splits and seeds {args.seeds}")
     print("| K | rank | method | NMI | ARI | Dice | regions (split 1/2) | s per fit |")
@@ -178,7 +190,7 @@ def main() -> None:
                 per_split: dict[str, dict[str, np.ndarray]] = {}
                 for s, F in feats.items():
                     t0 = time.perf_counter()
-                    per_split[s] = fit(method, F, k, seed, A)
+                    per_split[s] = fit(method, F, k, seed, A, args.spatial_weight)
                     secs.append(time.perf_counter() - t0)
                 for name in per_split["split1"]:
                     rows[name].append({s: np.asarray(v[name]) for s, v in per_split.items()})

@@ -14,12 +14,142 @@ alone), the combined cost of spherical k-means never increases either.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+import scipy.sparse.csgraph  # noqa: F401 - sp.csgraph
 
-__all__ = ["greedy_colouring", "icm", "potts_cost"]
+__all__ = [
+    "check_connectivity",
+    "component_moves",
+    "greedy_colouring",
+    "icm",
+    "potts_cost",
+    "potts_phase",
+]
+
+
+def potts_phase(
+    scores: Callable[[], np.ndarray],
+    refit: Callable[[np.ndarray], None],
+    labels: np.ndarray,
+    adjacency: sp.spmatrix,
+    beta: float,
+    *,
+    sweeps: int,
+    max_iter: int,
+) -> tuple[np.ndarray, list[float], int]:
+    """Alternate ICM on the current scores and a refit of the centres to the new labels.
+
+    Run after the method's plain iterations have converged: ICM from an arbitrary start
+    would freeze the labels near it (a vertex inside a region pays ``beta`` per neighbour
+    to move).
+
+    Parameters
+    ----------
+    scores : callable
+        Returns the n × K scores (larger is better) for the current centres; the method's
+        data cost is a constant minus the score of each sample's label.
+    refit : callable
+        Sets the centres for the given labels. It must not raise the data cost at those
+        labels (a mean direction, or a least-squares centre update, does not).
+    labels : ndarray of shape (n,)
+        The plain iterations' labels: where ICM starts.
+    adjacency, beta, sweeps : as for :func:`icm`
+    max_iter : int
+        ICM + refit rounds at most; stops early when ICM moves nothing.
+
+    Returns
+    -------
+    labels : ndarray
+    history : list of float
+        ``potts_cost`` after every ICM: it never increases, because ICM lowers the combined
+        cost for fixed centres and the refit lowers it for fixed labels.
+    n_iter : int
+    """
+    A = sp.csr_matrix(adjacency)
+    colours = greedy_colouring(A)
+    history: list[float] = []
+    n_iter = 0
+    for n_iter in range(1, int(max_iter) + 1):  # noqa: B007 - reported
+        S = np.asarray(scores(), np.float64)
+        new = icm(S, labels, A, beta, sweeps=sweeps, colours=colours)
+        new = component_moves(S, new, A, beta)
+        history.append(potts_cost(S, new, A, beta))
+        same = np.array_equal(new, labels)
+        labels = new
+        if same:
+            break
+        refit(labels)
+    return labels, history, n_iter
+
+
+def component_moves(
+    S: np.ndarray, labels: np.ndarray, adjacency: sp.spmatrix, beta: float, *, rounds: int = 20
+) -> np.ndarray:
+    """Relabel whole connected regions where that lowers the combined cost.
+
+    ICM moves one vertex at a time, so an island of a few vertices survives any beta: a
+    vertex on its edge has as many neighbours inside as outside. Moving a whole region R
+    (a connected component of one label l) to a label m changes the combined cost by
+    ``sum_{i in R} (S[i, l] - S[i, m]) - beta * e(R, m)``, with ``e(R, m)`` the mesh edges
+    from R to vertices labelled m (every edge leaving R is cut before the move; those to m
+    are not after it). Each round moves the regions with a negative change, never two
+    that touch (an independent set, by largest gain first), so J never increases. The
+    largest region of each label stays: the moves remove fragments, not clusters.
+    """
+    A = sp.csr_matrix(adjacency)
+    n, k = S.shape
+    lab = np.asarray(labels, np.int64).copy()
+    coo = sp.coo_matrix(A)
+    for _ in range(int(rounds)):
+        same = lab[coo.row] == lab[coo.col]
+        G = sp.csr_matrix((np.ones(int(same.sum())), (coo.row[same], coo.col[same])), (n, n))
+        n_comp, comp = sp.csgraph.connected_components(G, directed=False)
+        C = sp.csr_matrix((np.ones(n), (comp, np.arange(n))), shape=(n_comp, n))
+        own = np.bincount(comp, weights=S[np.arange(n), lab], minlength=n_comp)
+        region_label = np.empty(n_comp, np.int64)
+        region_label[comp] = lab
+        # edges from each region to each label, and between regions
+        H = sp.csr_matrix((np.ones(n), (np.arange(n), lab)), shape=(n, k))
+        E = (C @ A @ H).toarray()
+        E[np.arange(n_comp), region_label] = 0.0
+        gain = np.asarray(C @ S) - own[:, None] + beta * E
+        gain[np.arange(n_comp), region_label] = 0.0
+        # each label keeps its largest region: moves clean up fragments, never drop a label
+        size = np.bincount(comp, minlength=n_comp)
+        order = np.lexsort((-size, region_label))
+        first = np.ones(n_comp, bool)
+        first[1:] = region_label[order][1:] != region_label[order][:-1]
+        gain[order[first]] = 0.0
+        best = gain.argmax(axis=1)
+        top = gain[np.arange(n_comp), best]
+        cand = np.flatnonzero(top > 1e-12 * max(1.0, float(np.abs(S).max())))
+        if cand.size == 0:
+            break
+        R = (C @ A @ C.T).tocsr()
+        taken = np.zeros(n_comp, bool)
+        blocked = np.zeros(n_comp, bool)
+        for c in cand[np.argsort(-top[cand], kind="stable")]:
+            if blocked[c]:
+                continue
+            taken[c] = True
+            blocked[R.indices[R.indptr[c] : R.indptr[c + 1]]] = True
+        moved = taken[comp]
+        lab[moved] = best[comp[moved]]
+    return lab
+
+
+def check_connectivity(connectivity: Any, n: int) -> sp.csr_matrix:
+    """The mesh adjacency as CSR, checked against the number of samples."""
+    if connectivity is None:
+        raise ValueError("spatial_weight > 0 needs connectivity (the mesh adjacency).")
+    A = sp.csr_matrix(connectivity)
+    if A.shape != (n, n):
+        raise ValueError(f"connectivity has shape {A.shape}; expected ({n}, {n}).")
+    return A
 
 
 def greedy_colouring(adjacency: sp.spmatrix) -> np.ndarray:

@@ -36,6 +36,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask, warn
@@ -43,6 +44,7 @@ from ..linalg.reductions import cluster_sums, own_centre_projection, rows_like
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features
 from ._init import kmeanspp_rows
+from ._spatial import check_connectivity, potts_phase
 
 __all__ = ["DirectionalClustering", "directional_assign", "select_n_clusters"]
 
@@ -73,6 +75,19 @@ class DirectionalClustering(ClusterBase):
     n_init : int, default=1
         Runs from different seedings; the one with the lowest final cost is kept (an
         array ``init`` runs once).
+    spatial_weight : float, default=0.0
+        beta of a Potts penalty on the mesh: each mesh edge whose two vertices get
+        different labels costs beta (in units of the squared residual of a unit row). 0:
+        none. Once the plain iterations have converged, the assignment is ICM from the
+        previous labels on the scores ``(x·d)_+^2 / ||d||^2`` (the cost each sample saves
+        on a centre), alternating with the least-squares centre update, so the combined
+        cost ``||X - S̄ D||^2 + beta * cut edges`` never increases
+        (``spatial_cost_history_``; :mod:`lsd_dask.cluster._spatial`). Needs the n × K
+        scores in memory (dask input included).
+    connectivity : sparse matrix of shape (n_samples, n_samples), optional
+        The mesh adjacency of the samples; needed when ``spatial_weight > 0``.
+    icm_sweeps : int, default=2
+        ICM sweeps per assignment step; the spatial phase runs at most ``max_iter`` rounds.
     random_state : int, Generator or None
 
     Notes
@@ -93,7 +108,10 @@ class DirectionalClustering(ClusterBase):
     coefficients_ : ndarray of shape (n_samples,)
         Each sample's coefficient s̄_i on its centre.
     cost_history_ : list of float
-        ``||X - S̄ D||_F^2`` after initialisation and after every iteration.
+        ``||X - S̄ D||_F^2`` after initialisation and after every plain iteration.
+    spatial_cost_history_ : list of float
+        With ``spatial_weight > 0``: ``||X - S̄ D||_F^2 + beta * cut edges`` after every ICM
+        step; never increases.
     n_iter_ : int
     """
 
@@ -106,6 +124,9 @@ class DirectionalClustering(ClusterBase):
         "max_iter": [("int", 0, None)],
         "tol": [("real", 0, None)],
         "n_init": [("int", 1, None)],
+        "spatial_weight": [("real", 0, None)],
+        "connectivity": [None, sp.spmatrix, sp.sparray],
+        "icm_sweeps": [("int", 1, None)],
         "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
@@ -120,6 +141,9 @@ class DirectionalClustering(ClusterBase):
         max_iter: int = 100,
         tol: float = 1e-4,
         n_init: int = 1,
+        spatial_weight: float = 0.0,
+        connectivity: Any = None,
+        icm_sweeps: int = 2,
         random_state: Any = None,
     ) -> None:
         self.n_clusters = n_clusters
@@ -130,6 +154,9 @@ class DirectionalClustering(ClusterBase):
         self.max_iter = max_iter
         self.tol = tol
         self.n_init = n_init
+        self.spatial_weight = spatial_weight
+        self.connectivity = connectivity
+        self.icm_sweeps = icm_sweeps
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> DirectionalClustering:
@@ -146,6 +173,8 @@ class DirectionalClustering(ClusterBase):
         X = check_array(X)
         k = check_n_clusters(self.n_clusters, X.shape[0])
         _check_nonzero_rows(X)
+        beta = float(self.spatial_weight)
+        A = check_connectivity(self.connectivity, X.shape[0]) if beta > 0 else None
         Xn = unit_rows(X)
         if sample_weight is not None:
             w = np.asarray(sample_weight, dtype=np.float64)
@@ -178,6 +207,10 @@ class DirectionalClustering(ClusterBase):
                 f"DirectionalClustering did not converge in {self.max_iter} iterations; "
                 "raise max_iter or tol.",
                 ConvergenceWarning,
+            )
+        if A is not None:
+            res, self.spatial_cost_history_ = _potts(
+                Xn, res, k, A, beta, self.normalize, sweeps=self.icm_sweeps, max_iter=self.max_iter
             )
         self.labels_ = (
             da.from_array(res.labels, chunks=(Xn.chunks[0],)) if is_dask(Xn) else res.labels
@@ -338,6 +371,65 @@ def _fit_directional(
             converged = True
             break
     return _Result(labels, sbar, D, costs, n_iter, converged)
+
+
+def _potts(
+    X: Any,
+    res: _Result,
+    k: int,
+    A: Any,
+    beta: float,
+    normalize: str | None,
+    *,
+    sweeps: int,
+    max_iter: int,
+) -> tuple[_Result, list[float]]:
+    """The spatial phase: ICM on each sample's cost saving per centre, then the
+    least-squares centre update, from the plain iterations' result."""
+    (row_sq,) = compute((X * X).sum(axis=1))
+    row_sq = np.asarray(row_sq, np.float64)
+    total = float(row_sq.sum())
+    state = {"D": res.D, "sbar": res.sbar}
+
+    def scores() -> np.ndarray:
+        D = state["D"]
+        dn2 = np.sum(D * D, axis=1)
+        (P,) = compute(X @ D.T)
+        P = np.maximum(np.asarray(P, np.float64), 0.0)
+        return P * P / np.where(dn2 > 0, dn2, np.inf)
+
+    def refit(labels: np.ndarray) -> None:
+        D = state["D"]
+        lab = rows_like(labels, X) if is_dask(X) else labels
+        _, sbar = _best_projection_on(X, D, lab)
+        [(lab, sbar, stats)] = _assign_and_stats([(lab, sbar)], X, D, k, row_sq)
+        new, sbar = _update_centres(stats, lab, sbar, normalize)
+        # a cluster ICM emptied (or whose members all have coefficient 0) keeps its
+        # centre: its members cost ||x||^2 on either
+        empty = stats["ss"] <= 0
+        new[empty] = D[empty]
+        state["D"], state["sbar"] = new, sbar
+
+    labels, history, n_iter = potts_phase(
+        scores, refit, res.labels, A, beta, sweeps=sweeps, max_iter=max_iter
+    )
+    # the coefficients of the final labels on the final centres
+    lab = rows_like(labels, X) if is_dask(X) else labels
+    (sbar,) = compute(_best_projection_on(X, state["D"], lab)[1])
+    out = _Result(
+        labels, np.asarray(sbar, np.float64), state["D"], res.costs, res.n_iter + n_iter, True
+    )
+    return out, [total + h for h in history]
+
+
+def _best_projection_on(X: Any, D: np.ndarray, labels: Any) -> tuple[Any, Any]:
+    """(labels, coefficients) with each sample's least-squares coefficient on its own
+    centre, ``(x·d)_+ / ||d||^2``."""
+    dn2 = np.sum(D * D, axis=1)
+    inv = 1.0 / np.where(dn2 > 0, dn2, np.inf)
+    proj = own_centre_projection(X, labels, D)
+    scale = labels.map_blocks(lambda b: inv[b], dtype=np.float64) if is_dask(X) else inv[labels]
+    return labels, _clip0(proj) * scale
 
 
 def _mus(mu: float | None) -> list[float]:

@@ -29,7 +29,7 @@ from ..linalg.reductions import cluster_sums, own_centre_projection
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features
 from ._init import kmeanspp_rows
-from ._spatial import greedy_colouring, icm, potts_cost
+from ._spatial import check_connectivity, potts_phase
 
 __all__ = ["KMeans", "SphericalKMeans", "KEVD"]
 
@@ -76,26 +76,11 @@ class _Lloyd(ClusterBase):
         n_iter = 0
         converged = False
         beta = float(getattr(self, "spatial_weight", 0.0) or 0.0)
-        # with a spatial term, plain iterations first: ICM from an arbitrary start would
-        # freeze the labels near it (a vertex inside a region pays beta per neighbour to move)
-        plain_done = False
-        if beta > 0:
-            A, colours = self._spatial_setup(X)
-            self.spatial_cost_history_ = []
+        A = self._spatial_setup(X) if beta > 0 else None  # checked before any work
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - reported
             # centres in X's precision: a float64 C would upcast all of a float32 X
-            Cx = C.astype(X.dtype, copy=False)
-            if beta > 0 and plain_done:
-                # ICM from the previous labels: the combined cost never increases
-                (S,) = compute(X @ Cx.T)
-                S = np.asarray(S, np.float64)
-                start = S.argmax(axis=1) if labels is None else labels
-                new_labels = icm(S, start, A, beta, sweeps=self.icm_sweeps, colours=colours)
-                score = S[np.arange(S.shape[0]), new_labels].sum()
-                self.spatial_cost_history_.append(potts_cost(S, new_labels, A, beta))
-            else:
-                new_labels, score = self._assign(X, Cx)
-                new_labels, score = compute(new_labels, score.sum(dtype=np.float64))
+            new_labels, score = self._assign(X, C.astype(X.dtype, copy=False))
+            new_labels, score = compute(new_labels, score.sum(dtype=np.float64))
             new_labels = np.asarray(new_labels, np.int64)
             self.inertia_history_.append(float(score))
             C_new = self._centres(X, new_labels, C, k, rng)
@@ -103,9 +88,6 @@ class _Lloyd(ClusterBase):
             same = labels is not None and np.array_equal(labels, new_labels)
             labels, C = new_labels, C_new
             if same or shift <= self.tol:
-                if beta > 0 and not plain_done:
-                    plain_done = True
-                    continue
                 converged = True
                 break
         if not converged:
@@ -113,6 +95,20 @@ class _Lloyd(ClusterBase):
                 f"{type(self).__name__} did not converge in {self.max_iter} iterations.",
                 ConvergenceWarning,
             )
+        if A is not None:
+            state = {"C": C}
+
+            def scores() -> np.ndarray:
+                return compute(X @ state["C"].astype(X.dtype, copy=False).T)[0]
+
+            def refit(lab: np.ndarray) -> None:
+                state["C"] = self._centres(X, lab, state["C"], k, rng)
+
+            labels, self.spatial_cost_history_, n_potts = potts_phase(
+                scores, refit, labels, A, beta, sweeps=self.icm_sweeps, max_iter=self.max_iter
+            )
+            C = state["C"]
+            n_iter += n_potts
         self.cluster_centers_ = C
         self.labels_ = da.from_array(labels, chunks=(X.chunks[0],)) if is_dask(X) else labels
         self.n_features_in_ = _n_features(X)
@@ -247,7 +243,8 @@ class SphericalKMeans(_Lloyd):
     connectivity : sparse matrix of shape (n_samples, n_samples), optional
         The mesh adjacency of the samples; needed when ``spatial_weight > 0``.
     icm_sweeps : int, default=2
-        ICM sweeps per assignment step.
+        ICM sweeps per assignment step. The spatial phase runs at most ``max_iter``
+        ICM + centre rounds, after the plain iterations.
     random_state : int, Generator or None
 
     Attributes
@@ -284,15 +281,8 @@ class SphericalKMeans(_Lloyd):
         self.connectivity = connectivity
         self.icm_sweeps = icm_sweeps
 
-    def _spatial_setup(self, X: Any) -> tuple[Any, np.ndarray]:
-        if self.connectivity is None:
-            raise ValueError("spatial_weight > 0 needs connectivity (the mesh adjacency).")
-        A = sp.csr_matrix(self.connectivity)
-        if A.shape != (X.shape[0], X.shape[0]):
-            raise ValueError(
-                f"connectivity has shape {A.shape}; expected ({X.shape[0]}, {X.shape[0]})."
-            )
-        return A, greedy_colouring(A)
+    def _spatial_setup(self, X: Any) -> Any:
+        return check_connectivity(self.connectivity, X.shape[0])
 
     def _prepare(self, X: Any) -> Any:
         return unit_rows(X)
@@ -313,7 +303,7 @@ class KEVD(SphericalKMeans):
     _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}
     n_power = 3
 
-    def _spatial_setup(self, X: Any) -> tuple[Any, np.ndarray]:
+    def _spatial_setup(self, X: Any) -> Any:
         raise ValueError("KEVD has no spatial term; use SphericalKMeans(spatial_weight=...).")
 
     def _assign(self, X: Any, C: np.ndarray) -> tuple[Any, Any]:

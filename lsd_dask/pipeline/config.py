@@ -16,7 +16,7 @@ A pipeline YAML looks like::
     min_region_size: 20
     feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first
     contiguous: false              # true: connected parcels, fragments merged (see run.py)
-    spatial_weight: 0              # spherical_kmeans: Potts penalty per cut mesh edge
+    spatial_weight: 0              # directional, spherical_kmeans: Potts penalty per cut edge
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
     output: results/
     work: null                     # default <output>/work; or a URL, e.g. s3://bucket/run/work

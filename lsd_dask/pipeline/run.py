@@ -421,6 +421,10 @@ def _features(wd: WorkDir, split: str, smoothing: tuple[int, Any] | None = None)
     return F.persist() if isinstance(F, da.Array) else F
 
 
+#: methods with a Potts term in their assignment step (``spatial_weight``)
+SPATIAL_METHODS = ("directional", "spherical_kmeans")
+
+
 def _spatial_inputs(
     cfg: PipelineConfig, meshes: dict[str, Mesh], sizes: list[int], kept: np.ndarray
 ) -> tuple[tuple[int, Any] | None, Any]:
@@ -431,7 +435,7 @@ def _spatial_inputs(
         cfg.feature_smoothing_mm > 0
         or cfg.contiguous
         or "ward" in cfg.methods
-        or (cfg.spatial_weight > 0 and "spherical_kmeans" in cfg.methods)
+        or (cfg.spatial_weight > 0 and any(m in SPATIAL_METHODS for m in cfg.methods))
     )
     if not needed:
         return None, None
@@ -447,17 +451,16 @@ def _estimator(
 ) -> Any:
     from .. import cluster as C
 
+    potts = {
+        "spatial_weight": spatial_weight,
+        "connectivity": connectivity if spatial_weight > 0 else None,
+    }
     return {
         "ward": lambda: C.MeshWard(k, connectivity=connectivity, random_state=seed),
-        "directional": lambda: C.DirectionalClustering(k, random_state=seed),
+        "directional": lambda: C.DirectionalClustering(k, random_state=seed, **potts),
         "lsd": lambda: C.LSD(k, random_state=seed),
         "hierarchical_lsd": lambda: C.HierarchicalLSD(k, random_state=seed),
-        "spherical_kmeans": lambda: C.SphericalKMeans(
-            k,
-            spatial_weight=spatial_weight,
-            connectivity=connectivity if spatial_weight > 0 else None,
-            random_state=seed,
-        ),
+        "spherical_kmeans": lambda: C.SphericalKMeans(k, random_state=seed, **potts),
         "kmeans": lambda: C.KMeans(k, random_state=seed),
         "spectral": lambda: C.SpectralClustering(k, random_state=seed),
     }[method]()

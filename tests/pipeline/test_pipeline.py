@@ -288,7 +288,8 @@ def test_contiguous_option_writes_connected_parcels_and_says_how_many(tmp_path, 
             assert (lab == p).sum() >= cfg.min_region_size
 
 
-def test_spatial_weight_reaches_spherical_kmeans(tmp_path, study):
+@pytest.mark.parametrize("method", ["spherical_kmeans", "directional"])
+def test_spatial_weight_reaches_the_potts_methods(tmp_path, study, method):
     import scipy.sparse as sp
 
     from lsd_dask.surface import mesh_adjacency
@@ -301,14 +302,14 @@ def test_spatial_weight_reaches_spherical_kmeans(tmp_path, study):
     E = sp.triu(sp.coo_matrix(A), k=1)
     cuts = {}
     for w in (0.0, 0.5):
-        cfg = _config(tmp_path, ks=[10], methods=["spherical_kmeans"], spatial_weight=w)
+        cfg = _config(tmp_path, ks=[10], methods=[method], spatial_weight=w)
         logs: list[str] = []
         report = run_pipeline(cfg, log=logs.append)
         if w:  # the estimator's parameters changed: the clusters are recomputed, not the SVD
             assert any("changed: params.connectivity" in line for line in logs), logs
             assert any("[svd] split1 done earlier" in line for line in logs)
         assert report["config"]["spatial_weight"] == w
-        lab = np.load(cfg.output / "work" / "labels" / "split1_spherical_kmeans_K10.npy")
+        lab = np.load(cfg.output / "work" / "labels" / f"split1_{method}_K10.npy")
         both = (lab[E.row] > 0) & (lab[E.col] > 0)
         cuts[w] = int(np.count_nonzero((lab[E.row] != lab[E.col]) & both))
-    assert cuts[0.5] <= cuts[0.0]
+    assert cuts[0.5] < cuts[0.0]
