@@ -26,6 +26,7 @@ __all__ = [
     "HEMISPHERES",
     "SubjectFiles",
     "load_subject",
+    "subject_t_r",
     "load_mesh",
     "read_hemisphere",
     "label_table",
@@ -103,6 +104,36 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
     return x, sizes
 
 
+def subject_t_r(files: SubjectFiles) -> float | None:
+    """The repetition time in seconds that a subject's file states, or None.
+
+    CIFTI: the series axis' step (seconds, or milliseconds by its unit). GIFTI: the
+    ``TimeStep`` metadata of the first data array (milliseconds, FreeSurfer's convention).
+    MGH: the header's ``tr`` (milliseconds; 0 means unknown). Zarr: a ``t_r`` attribute.
+    """
+    if files.zarr is not None:
+        import zarr
+
+        tr = zarr.open_array(str(files.zarr), mode="r").attrs.get("t_r")
+        return float(tr) if tr else None
+    if files.cifti is not None:
+        series = nib.load(str(files.cifti)).header.get_axis(0)
+        if not isinstance(series, cifti2.SeriesAxis) or series.step <= 0:
+            return None
+        scale = {"SECOND": 1.0, "MSEC": 1e-3}.get(str(series.unit).upper(), 1.0)
+        return float(series.step) * scale
+    img = nib.load(str(files.left))
+    if str(files.left).lower().endswith(".gii"):
+        step = img.darrays[0].meta.get("TimeStep") if img.darrays else None
+        try:
+            ms = float(step) if step is not None else 0.0
+        except ValueError:
+            return None
+        return ms / 1000.0 if ms > 0 else None
+    ms = float(img.header["tr"])
+    return ms / 1000.0 if ms > 0 else None
+
+
 def read_hemisphere(path: Path) -> np.ndarray:
     """One hemisphere's time series from ``.func.gii`` or ``.mgh``/``.mgz``: (n, T) float32."""
     name = path.name.lower()
@@ -131,9 +162,14 @@ def read_zarr_subject(path: Path) -> tuple[np.ndarray, list[int]]:
 
 
 def write_zarr_subject(
-    path: str | os.PathLike[str], data: np.ndarray, hemi_sizes: list[int]
+    path: str | os.PathLike[str],
+    data: np.ndarray,
+    hemi_sizes: list[int],
+    *,
+    tr: float | None = None,
 ) -> Path:
-    """Store one subject as a Zarr array readable by :func:`read_zarr_subject`."""
+    """Store one subject as a Zarr array readable by :func:`read_zarr_subject` (``tr``, in
+    seconds, as its ``t_r`` attribute)."""
     import zarr
 
     p = Path(path)
@@ -147,6 +183,8 @@ def write_zarr_subject(
         )
         arr[...] = np.asarray(data, np.float32)
         arr.attrs["hemisphere_sizes"] = [int(n) for n in hemi_sizes]
+        if tr is not None:
+            arr.attrs["t_r"] = float(tr)
     return p
 
 
@@ -209,14 +247,19 @@ def write_dlabel(
     return _atomic_save(img, Path(path))
 
 
-def write_func_gifti(path: str | os.PathLike[str], data: np.ndarray, *, hemisphere: str) -> Path:
-    """A ``.func.gii`` time series (one data array per time point)."""
+def write_func_gifti(
+    path: str | os.PathLike[str], data: np.ndarray, *, hemisphere: str, tr: float | None = None
+) -> Path:
+    """A ``.func.gii`` time series (one data array per time point); ``tr`` in seconds goes
+    into each array's ``TimeStep`` metadata, in milliseconds (FreeSurfer's convention)."""
     structure = "CortexLeft" if hemisphere == "left" else "CortexRight"
+    meta = {} if tr is None else {"TimeStep": f"{1000.0 * tr:.6f}"}
     darrays = [
         nib.gifti.GiftiDataArray(
             np.ascontiguousarray(data[:, t], np.float32),
             intent="NIFTI_INTENT_TIME_SERIES",
             datatype="NIFTI_TYPE_FLOAT32",
+            meta=nib.gifti.GiftiMetaData(meta),
         )
         for t in range(data.shape[1])
     ]

@@ -18,6 +18,14 @@ A pipeline YAML looks like::
     contiguous: false              # true: connected parcels, fragments merged (see run.py)
     spatial_weight: 0              # directional, spherical_kmeans: Potts penalty per cut edge
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
+    preprocess:                    # per subject at ingest, before the SVD (default: none)
+      smoothing_mm: 0              # FWHM along the mesh
+      detrend: false
+      high_pass: null              # Hz, e.g. 0.01 (nilearn's signal.clean, Butterworth)
+      low_pass: null               # Hz, e.g. 0.1
+      t_r: null                    # seconds; null: from each file
+      confounds: null              # e.g. confounds/{subject}_desc-confounds_timeseries.tsv
+      confound_columns: []         # e.g. [trans_x, trans_y, trans_z, csf, white_matter]
     output: results/
     work: null                     # default <output>/work; or a URL, e.g. s3://bucket/run/work
     storage_options: {}            # fsspec options for a work URL (key, secret, endpoint...)
@@ -42,6 +50,7 @@ from typing import Any
 import yaml
 
 from ..io.surface_files import SubjectFiles
+from .preprocess import PreprocessSettings
 
 __all__ = ["PipelineConfig", "SvdSettings", "load_config", "METHODS"]
 
@@ -137,6 +146,8 @@ class PipelineConfig:
     #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
     work: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
+    #: per-subject smoothing, detrending, band-pass and confound regression at ingest
+    preprocess: PreprocessSettings = field(default_factory=PreprocessSettings)
 
     @property
     def work_url(self) -> str:
@@ -282,6 +293,9 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         ),
         work=_work(raw.get("work"), base),
         storage_options=_mapping(raw.get("storage_options"), "storage_options"),
+        preprocess=PreprocessSettings.from_mapping(
+            _mapping(raw.get("preprocess"), "preprocess"), where, base
+        ),
     )
     cfg.validate()
     return cfg

@@ -42,6 +42,7 @@ from ..io.surface_files import (
     HEMISPHERES,
     load_mesh,
     load_subject,
+    subject_t_r,
     write_dlabel,
     write_label_gifti,
 )
@@ -59,6 +60,7 @@ from ..surface import (
     split_connected,
 )
 from .config import PipelineConfig
+from .preprocess import clean_subject, read_confounds
 from .workdir import WorkDir, file_identity
 
 __all__ = ["run_pipeline", "preflight"]
@@ -99,8 +101,16 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
             )
 
     t0 = time.perf_counter()
+    ingest_smoothing = None
+    if cfg.preprocess.smoothing_mm > 0:
+        V, A_kept = _kept_mesh(meshes, sizes, kept)
+        ingest_smoothing = (smoothing_steps(V, A_kept, cfg.preprocess.smoothing_mm), A_kept)
+        log(
+            f"[ingest] each subject blurred along the mesh: FWHM "
+            f"{cfg.preprocess.smoothing_mm:g} mm ({ingest_smoothing[0]} averaging steps)"
+        )
     for split, ids in splits.items():
-        _stage_ingest(split, [by_id[i] for i in ids], kept, wd, log)
+        _stage_ingest(cfg, split, [by_id[i] for i in ids], kept, wd, log, ingest_smoothing)
     timings["ingest"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -184,7 +194,40 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
     if too_big:
         raise ValueError(f"K={too_big[0]} is larger than the number of vertices ({n}).")
     _check_lsd_rank(cfg)
+    _check_preprocess(cfg)
     return meshes, sizes
+
+
+def _check_preprocess(cfg: PipelineConfig) -> None:
+    """Confound files and columns, and a TR for a band-pass, per subject (headers only)."""
+    pp = cfg.preprocess
+    for s in cfg.subjects:
+        if pp.confounds is not None:
+            path = pp.confound_path(s.subject)
+            read_confounds(path, pp.confound_columns, s.subject, time_slice=s.time_slice)
+        if pp.band_pass:
+            tr = _t_r(cfg, s)
+            nyquist = 0.5 / tr
+            for edge in ("high_pass", "low_pass"):
+                hz = getattr(pp, edge)
+                if hz is not None and hz >= nyquist:
+                    raise ValueError(
+                        f"subject {s.subject}: preprocess.{edge} = {hz} Hz is at or above the "
+                        f"Nyquist frequency {nyquist:.4g} Hz of its TR ({tr:g} s)."
+                    )
+
+
+def _t_r(cfg: PipelineConfig, s: Any) -> float:
+    """The subject's TR: ``preprocess.t_r``, else its file's."""
+    if cfg.preprocess.t_r is not None:
+        return cfg.preprocess.t_r
+    tr = subject_t_r(s)
+    if tr is None:
+        raise ValueError(
+            f"subject {s.subject}: a band-pass needs the repetition time and "
+            f"{', '.join(str(p) for p in s.paths())} states none; set preprocess.t_r (seconds)."
+        )
+    return tr
 
 
 def _check_work_folder(cfg: PipelineConfig) -> None:
@@ -284,9 +327,27 @@ def _stage_mask(cfg: PipelineConfig, wd: WorkDir, sizes: list[int], log: Log) ->
     return info
 
 
-def _stage_ingest(split: str, subjects: list[Any], kept: np.ndarray, wd: WorkDir, log: Log) -> None:
+def _stage_ingest(
+    cfg: PipelineConfig,
+    split: str,
+    subjects: list[Any],
+    kept: np.ndarray,
+    wd: WorkDir,
+    log: Log,
+    smoothing: tuple[int, Any] | None = None,
+) -> None:
     path = wd.store(split)
-    key = {"mask": wd.fingerprint_of("mask"), "subjects": [s.subject for s in subjects]}
+    pp = cfg.preprocess
+    key: dict[str, Any] = {
+        "mask": wd.fingerprint_of("mask"),
+        "subjects": [s.subject for s in subjects],
+    }
+    if pp.active:  # absent when off, so stores written before this option stay current
+        key["preprocess"] = pp.to_dict()
+        if pp.confounds is not None:
+            key["confound_files"] = [file_identity(pp.confound_path(s.subject)) for s in subjects]
+        if pp.band_pass:
+            key["t_r"] = [_t_r(cfg, s) for s in subjects]
     if wd.is_current(f"ingest/{split}", key, [path]):
         log(f"[ingest] {split} done earlier, skipped")
         return
@@ -295,8 +356,18 @@ def _stage_ingest(split: str, subjects: list[Any], kept: np.ndarray, wd: WorkDir
         for i, s in enumerate(subjects, 1):
             x, _ = load_subject(s)
             x = x[kept].astype(np.float64)
+            if pp.active:
+                x = _preprocess(cfg, s, x, smoothing)
             x -= x.mean(axis=1, keepdims=True)
-            x /= x.std(axis=1, keepdims=True)
+            sd = x.std(axis=1, keepdims=True)
+            flat = np.flatnonzero(sd[:, 0] == 0)
+            if flat.size:  # only preprocessing can flatten a vertex the mask kept
+                raise ValueError(
+                    f"subject {s.subject}: {flat.size} vertices have no variance left after "
+                    f"preprocessing (first: unmasked vertex {flat[0]}); check the confounds "
+                    "and the band-pass."
+                )
+            x /= sd
             log(f"[ingest] {split} {_bar(i, len(subjects))} {s.subject}")
             yield s.subject, x.astype(np.float32)
 
@@ -313,6 +384,23 @@ def _stage_ingest(split: str, subjects: list[Any], kept: np.ndarray, wd: WorkDir
         storage_options=wd.folder.storage_options,
     )
     wd.record(f"ingest/{split}", key)
+
+
+def _preprocess(
+    cfg: PipelineConfig, s: Any, x: np.ndarray, smoothing: tuple[int, Any] | None
+) -> np.ndarray:
+    pp = cfg.preprocess
+    confounds = None
+    if pp.confounds is not None:
+        confounds = read_confounds(
+            pp.confound_path(s.subject),
+            pp.confound_columns,
+            s.subject,
+            n_timepoints=x.shape[1],
+            time_slice=s.time_slice,
+        )
+    tr = _t_r(cfg, s) if pp.band_pass else None
+    return clean_subject(x, pp, t_r=tr, confounds=confounds, smoothing=smoothing)
 
 
 def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[str, Any]:
@@ -439,11 +527,19 @@ def _spatial_inputs(
     )
     if not needed:
         return None, None
-    A = mesh_adjacency([meshes[h].faces for h in HEMISPHERES], sizes)[kept][:, kept].tocsr()
+    V, A = _kept_mesh(meshes, sizes, kept)
     if cfg.feature_smoothing_mm <= 0:
         return None, A
-    V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])[kept]
     return (smoothing_steps(V, A, cfg.feature_smoothing_mm), A), A
+
+
+def _kept_mesh(
+    meshes: dict[str, Mesh], sizes: list[int], kept: np.ndarray
+) -> tuple[np.ndarray, sp.csr_matrix]:
+    """Vertex coordinates and mesh adjacency of the unmasked vertices (both hemispheres)."""
+    A = mesh_adjacency([meshes[h].faces for h in HEMISPHERES], sizes)[kept][:, kept].tocsr()
+    V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])[kept]
+    return V, A
 
 
 def _estimator(

@@ -65,11 +65,11 @@ def write_study(
             )
             entries.append({"id": sid, "cifti": f"{sid}.dtseries.nii"})
         elif fmt == "zarr":
-            write_zarr_subject(root / f"{sid}.zarr", x, sizes)
+            write_zarr_subject(root / f"{sid}.zarr", x, sizes, tr=tr)
             entries.append({"id": sid, "zarr": f"{sid}.zarr"})
         else:
-            write_func_gifti(root / f"{sid}.L.func.gii", x[: sizes[0]], hemisphere="left")
-            write_func_gifti(root / f"{sid}.R.func.gii", x[sizes[0] :], hemisphere="right")
+            for h, part in (("left", x[: sizes[0]]), ("right", x[sizes[0] :])):
+                write_func_gifti(root / f"{sid}.{h[0].upper()}.func.gii", part, hemisphere=h, tr=tr)
             entries.append({"id": sid, "left": f"{sid}.L.func.gii", "right": f"{sid}.R.func.gii"})
         if log:
             log(f"[synth] wrote {i}/{len(study.subjects)}: {sid}")

@@ -1,0 +1,210 @@
+"""Per-subject preprocessing at ingest, before the group SVD: what a resting-state study
+usually does to the time series first.
+
+- spatial smoothing on the mesh (FWHM in mm, :func:`~lsd_dask.surface.smoothing_steps`),
+  over the unmasked vertices only, so the medial wall's zeros do not bleed into cortex;
+- temporal clean-up through nilearn's ``signal.clean``: detrending, confound regression
+  from a per-subject TSV (fMRIPrep's ``*_desc-confounds_timeseries.tsv``, columns chosen by
+  name) and a Butterworth band-pass, which needs the repetition time (read from the file,
+  or given as ``t_r``).
+
+Each subject is then z-scored per vertex by the ingest stage, as without preprocessing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["PreprocessSettings", "clean_subject", "read_confounds"]
+
+
+@dataclass(frozen=True)
+class PreprocessSettings:
+    """The ``preprocess:`` section, typed; its defaults (do nothing) are stated here only.
+
+    Attributes
+    ----------
+    smoothing_mm : float
+        FWHM of a blur along the mesh, per subject (0: none).
+    detrend : bool
+        Remove each vertex's linear trend.
+    high_pass, low_pass : float or None
+        Band-pass edges in Hz (e.g. 0.01 and 0.1); None: that edge is open.
+    t_r : float or None
+        Repetition time in seconds; None: read from each subject's file (a band-pass
+        fails before any work when neither gives one).
+    confounds : str or None
+        Per-subject confound TSV, a path with ``{subject}`` in it, relative to the
+        pipeline file's folder (e.g. ``confounds/{subject}_desc-confounds_timeseries.tsv``).
+    confound_columns : list of str
+        The TSV's columns to regress out (e.g. ``[trans_x, trans_y, csf, white_matter]``).
+    """
+
+    smoothing_mm: float = 0.0
+    detrend: bool = False
+    high_pass: float | None = None
+    low_pass: float | None = None
+    t_r: float | None = None
+    confounds: str | None = None
+    confound_columns: list[str] = field(default_factory=list)
+
+    @property
+    def temporal(self) -> bool:
+        """Whether nilearn's ``signal.clean`` has anything to do."""
+        return bool(self.detrend or self.band_pass or self.confounds)
+
+    @property
+    def band_pass(self) -> bool:
+        return self.high_pass is not None or self.low_pass is not None
+
+    @property
+    def active(self) -> bool:
+        return self.temporal or self.smoothing_mm > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def confound_path(self, subject: str) -> Path | None:
+        return None if self.confounds is None else Path(self.confounds.format(subject=subject))
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, Any], where: str, base: Path) -> PreprocessSettings:
+        """Checked settings from a YAML mapping; an error names the key."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown key(s) {unknown} in preprocess; known: {sorted(known)}."
+            )
+        smoothing = _number(raw.get("smoothing_mm", 0.0), "preprocess.smoothing_mm", 0.0)
+        detrend = raw.get("detrend", False)
+        if not isinstance(detrend, bool):
+            raise ValueError(f"preprocess.detrend: true or false, got {detrend!r}.")
+        hp, lp, tr = (
+            None if raw.get(k) is None else _number(raw[k], f"preprocess.{k}", 0.0, strict=True)
+            for k in ("high_pass", "low_pass", "t_r")
+        )
+        if hp is not None and lp is not None and hp >= lp:
+            raise ValueError(f"preprocess: high_pass ({hp} Hz) must be below low_pass ({lp} Hz).")
+        conf = raw.get("confounds")
+        cols = raw.get("confound_columns", [])
+        if conf is not None:
+            if not isinstance(conf, str) or "{subject}" not in conf:
+                raise ValueError(
+                    "preprocess.confounds: a path with {subject} in it, e.g. "
+                    f"'confounds/{{subject}}_desc-confounds_timeseries.tsv'; got {conf!r}."
+                )
+            conf = str(base / conf) if not Path(conf).is_absolute() else conf
+            if not isinstance(cols, list) or not cols or not all(isinstance(c, str) for c in cols):
+                raise ValueError(
+                    "preprocess.confound_columns: a non-empty list of the TSV's column names "
+                    f"to regress out; got {cols!r}."
+                )
+        elif cols:
+            raise ValueError("preprocess.confound_columns is set but preprocess.confounds is not.")
+        return cls(smoothing, detrend, hp, lp, tr, conf, list(cols))
+
+
+def read_confounds(
+    path: Path,
+    columns: list[str],
+    subject: str,
+    *,
+    n_timepoints: int | None = None,
+    time_slice: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """The chosen columns of a confound TSV as (T, n_columns) float64, checked.
+
+    The TSV covers the whole run; ``time_slice`` keeps the rows of a subject that is part
+    of a run, and the result must then have ``n_timepoints`` rows (when given).
+
+    fMRIPrep leaves the first row of derivative columns empty (``n/a``): such gaps are
+    filled with the column's mean, as nilearn's ``load_confounds`` does for them.
+    """
+    import pandas as pd
+
+    if not path.exists():
+        raise FileNotFoundError(f"subject {subject}: confound file {path} does not exist.")
+    try:
+        table = pd.read_csv(path, sep="\t")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ValueError(f"subject {subject}: {path} is not a readable TSV ({err}).") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(
+            f"subject {subject}: {path} has no column(s) {missing}; it has "
+            f"{list(table.columns)[:12]}{' ...' if table.shape[1] > 12 else ''}."
+        )
+    values = table[columns].apply(pd.to_numeric, errors="coerce")
+    if time_slice is not None:
+        values = values.iloc[time_slice[0] : time_slice[1]]
+    if n_timepoints is not None and len(values) != n_timepoints:
+        raise ValueError(
+            f"subject {subject}: {path} has {len(values)} rows"
+            f"{' in its time_slice' if time_slice else ''}, the data {n_timepoints} time points."
+        )
+    if values.isna().all().any():
+        bad = [c for c in columns if values[c].isna().all()]
+        raise ValueError(f"subject {subject}: {path}: column(s) {bad} hold no numbers.")
+    return values.fillna(values.mean()).to_numpy(np.float64)
+
+
+def clean_subject(
+    x: np.ndarray,
+    settings: PreprocessSettings,
+    *,
+    t_r: float | None = None,
+    confounds: np.ndarray | None = None,
+    smoothing: tuple[int, sp.spmatrix] | None = None,
+) -> np.ndarray:
+    """Preprocess one subject's (n_vertices, T) time series of the unmasked vertices.
+
+    Parameters
+    ----------
+    x : ndarray of shape (n_vertices, n_timepoints)
+    settings : PreprocessSettings
+    t_r : float, optional
+        Seconds per time point (needed for a band-pass).
+    confounds : ndarray of shape (n_timepoints, n_confounds), optional
+    smoothing : (steps, adjacency), optional
+        Averaging steps of :func:`~lsd_dask.surface.smooth_on_mesh` on the vertices of x.
+
+    Returns
+    -------
+    ndarray of shape (n_vertices, n_timepoints), float64
+    """
+    from ..surface import smooth_on_mesh
+
+    out = np.asarray(x, np.float64)
+    if settings.temporal:
+        from nilearn import signal
+
+        if settings.band_pass and t_r is None:
+            raise ValueError("a band-pass needs the repetition time: set preprocess.t_r.")
+        out = signal.clean(
+            out.T,
+            detrend=settings.detrend,
+            standardize=None,
+            confounds=confounds,
+            filter="butterworth" if settings.band_pass else False,
+            low_pass=settings.low_pass,
+            high_pass=settings.high_pass,
+            t_r=t_r,
+        ).T
+    if smoothing is not None and smoothing[0] > 0:
+        out = smooth_on_mesh(out, smoothing[1], n_iter=smoothing[0])
+    return out
+
+
+def _number(v: Any, key: str, low: float, *, strict: bool = False) -> float:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    if not ok or v < low or (strict and v <= low):
+        rel = ">" if strict else ">="
+        raise ValueError(f"{key}: a number {rel} {low:g}, got {v!r}.")
+    return float(v)

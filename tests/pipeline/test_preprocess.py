@@ -1,0 +1,214 @@
+"""Per-subject preprocessing at ingest: against scipy/numpy references and in the pipeline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.signal
+
+from lsd_dask.io.surface_files import (
+    SubjectFiles,
+    subject_t_r,
+    write_dtseries,
+    write_func_gifti,
+    write_zarr_subject,
+)
+from lsd_dask.pipeline import load_config, run_pipeline, write_study
+from lsd_dask.pipeline.preprocess import PreprocessSettings, clean_subject, read_confounds
+from lsd_dask.surface import icosphere, smooth_on_mesh, two_hemisphere_mesh
+from lsd_dask.testing import surface_study
+
+RNG = np.random.default_rng(0)
+
+
+def _settings(**kw):
+    return PreprocessSettings.from_mapping(kw, "test", Path("/data"))
+
+
+def test_band_pass_keeps_the_band_and_removes_the_rest():
+    t_r, T = 0.72, 1200
+    t = np.arange(T) * t_r
+    inside, outside = np.sin(2 * np.pi * 0.05 * t), np.sin(2 * np.pi * 0.3 * t)
+    x = np.stack([inside + outside, 3 * outside, inside])
+    out = clean_subject(x, _settings(high_pass=0.01, low_pass=0.1), t_r=t_r)
+    mid = slice(200, -200)  # away from the filter's edge effects
+    assert np.corrcoef(out[0, mid], inside[mid])[0, 1] > 0.99
+    assert np.std(out[1, mid]) < 0.02 * np.std(x[1])
+    with pytest.raises(ValueError, match="repetition time"):
+        clean_subject(x, _settings(low_pass=0.1))
+
+
+def test_detrend_matches_scipy():
+    x = RNG.standard_normal((5, 200)) + np.linspace(0, 30, 200) + 7.0
+    out = clean_subject(x, _settings(detrend=True))
+    np.testing.assert_allclose(out, scipy.signal.detrend(x, axis=1, type="linear"), atol=1e-8)
+
+
+def test_confound_regression_matches_least_squares():
+    T = 300
+    c = RNG.standard_normal((T, 3))
+    x = RNG.standard_normal((6, T)) + RNG.standard_normal((6, 3)) @ c.T
+    out = clean_subject(
+        x, _settings(confounds="c/{subject}.tsv", confound_columns=["a"]), confounds=c
+    )
+    # the reference: residuals of a least-squares fit on the confounds and a constant
+    design = np.column_stack([np.ones(T), c])
+    beta, *_ = np.linalg.lstsq(design, x.T, rcond=None)
+    resid = x.T - design @ beta
+    np.testing.assert_allclose(out - out.mean(axis=1, keepdims=True), resid.T, atol=1e-8)
+    assert np.abs(out @ (c - c.mean(axis=0))).max() < 1e-8
+
+
+def test_mesh_smoothing_is_smooth_on_mesh():
+    mesh = icosphere(4, radius=50.0)
+    x = RNG.standard_normal((mesh.n_vertices, 20))
+    A = mesh.adjacency()
+    out = clean_subject(x, _settings(smoothing_mm=8.0), smoothing=(3, A))
+    np.testing.assert_allclose(out, smooth_on_mesh(x, A, n_iter=3))
+
+
+def test_confound_file_checks(tmp_path):
+    path = tmp_path / "s1.tsv"
+    pd.DataFrame({"trans_x": ["n/a", 1.0, 2.0, 3.0], "csf": [1.0, 2.0, 4.0, 5.0]}).to_csv(
+        path, sep="\t", index=False
+    )
+    got = read_confounds(path, ["trans_x", "csf"], "s1", n_timepoints=4)
+    np.testing.assert_allclose(got[:, 0], [2.0, 1.0, 2.0, 3.0])  # n/a -> column mean
+    assert read_confounds(path, ["csf"], "s1", n_timepoints=2, time_slice=(2, 4))[0, 0] == 4.0
+    with pytest.raises(ValueError, match=r"subject s1: .*s1.tsv has no column\(s\) \['wm'\]"):
+        read_confounds(path, ["wm"], "s1")
+    with pytest.raises(ValueError, match="has 4 rows, the data 5 time points"):
+        read_confounds(path, ["csf"], "s1", n_timepoints=5)
+    with pytest.raises(FileNotFoundError, match="subject s2: confound file"):
+        read_confounds(tmp_path / "s2.tsv", ["csf"], "s2")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"smoothing": 5}, r"unknown key\(s\) \['smoothing'\]"),
+        ({"high_pass": 0.1, "low_pass": 0.01}, "must be below low_pass"),
+        ({"low_pass": 0}, "preprocess.low_pass: a number > 0"),
+        ({"detrend": "yes"}, "preprocess.detrend: true or false"),
+        ({"confounds": "conf.tsv", "confound_columns": ["a"]}, r"with \{subject\} in it"),
+        ({"confounds": "c/{subject}.tsv"}, "non-empty list"),
+        ({"confound_columns": ["a"]}, "confounds is not"),
+    ],
+)
+def test_settings_errors_name_the_key(raw, message):
+    with pytest.raises(ValueError, match=message):
+        _settings(**raw)
+
+
+def test_t_r_is_read_from_every_format(tmp_path):
+    x = RNG.standard_normal((10, 6)).astype(np.float32)
+    write_dtseries(tmp_path / "a.dtseries.nii", x, [5, 5], tr=0.8)
+    write_zarr_subject(tmp_path / "a.zarr", x, [5, 5], tr=0.8)
+    for h in ("L", "R"):
+        write_func_gifti(tmp_path / f"a.{h}.func.gii", x[:5], hemisphere="left", tr=0.8)
+    write_func_gifti(tmp_path / "plain.func.gii", x[:5], hemisphere="left")
+    files = {
+        "cifti": SubjectFiles("a", cifti=tmp_path / "a.dtseries.nii"),
+        "zarr": SubjectFiles("a", zarr=tmp_path / "a.zarr"),
+        "gifti": SubjectFiles("a", left=tmp_path / "a.L.func.gii", right=tmp_path / "a.R.func.gii"),
+    }
+    for kind, f in files.items():
+        assert subject_t_r(f) == pytest.approx(0.8), kind
+    plain = tmp_path / "plain.func.gii"
+    assert subject_t_r(SubjectFiles("x", left=plain, right=plain)) is None
+
+
+@pytest.fixture(scope="module")
+def study():
+    meshes = two_hemisphere_mesh(6, 7, radius=50.0)
+    return surface_study(
+        meshes,
+        n_parcels=10,
+        n_subjects=(2, 2),
+        n_timepoints=80,
+        medial_wall_fraction=0.1,
+        noise_std=0.7,
+        random_state=0,
+    )
+
+
+def test_pipeline_preprocesses_each_subject_at_ingest(tmp_path, study):
+    from lsd_dask.io.zarr_store import open_split
+
+    folder = tmp_path / "cifti"
+    write_study(study, folder, fmt="cifti", rank=20)
+    (folder / "conf").mkdir()
+    for i, sid in enumerate(study.subjects):
+        rng = np.random.default_rng(i)
+        table = pd.DataFrame(rng.standard_normal((80, 3)), columns=["trans_x", "csf", "other"])
+        table.to_csv(
+            folder / "conf" / f"{sid}_desc-confounds_timeseries.tsv", sep="\t", index=False
+        )
+    pre = {
+        "detrend": True,
+        "high_pass": 0.01,
+        "low_pass": 0.15,
+        "confounds": "conf/{subject}_desc-confounds_timeseries.tsv",
+        "confound_columns": ["trans_x", "csf"],
+    }
+    cfg = load_config(
+        folder / "pipeline.yaml",
+        output=str(folder / "results"),
+        ks=[10],
+        svd={"rank": 20},
+        null_repeats=2,
+        min_region_size=3,
+        preprocess=pre,
+    )
+    logs: list[str] = []
+    report = run_pipeline(cfg, log=logs.append)
+    assert report["config"]["preprocess"]["confound_columns"] == ["trans_x", "csf"]
+    # the store holds each subject cleaned (TR 1 s, from the CIFTI file), then z-scored
+    store = open_split(folder / "results" / "work" / "split1.zarr")
+    kept = store.vertex_mask
+    sid = store.subjects[0]
+    x = study.subject_data(sid)[kept]
+    conf = pd.read_csv(folder / "conf" / f"{sid}_desc-confounds_timeseries.tsv", sep="\t")
+    ref = clean_subject(x, cfg.preprocess, t_r=1.0, confounds=conf[["trans_x", "csf"]].to_numpy())
+    ref = (ref - ref.mean(axis=1, keepdims=True)) / ref.std(axis=1, keepdims=True)
+    got = np.asarray(store.data[:, : store.timepoints[0]])
+    np.testing.assert_allclose(got, ref, atol=2e-4)
+    # a changed setting re-runs ingest (and what follows); an unchanged one does not
+    cfg2 = load_config(
+        folder / "pipeline.yaml",
+        output=str(folder / "results"),
+        ks=[10],
+        svd={"rank": 20},
+        null_repeats=2,
+        min_region_size=3,
+        preprocess={**pre, "low_pass": 0.12},
+    )
+    logs.clear()
+    run_pipeline(cfg2, log=logs.append)
+    assert not any("[ingest] split1 done earlier" in line for line in logs)
+    assert any("[mask] done earlier" in line for line in logs)
+
+
+@pytest.mark.parametrize(
+    ("pre", "message"),
+    [
+        (
+            {"confounds": "conf/{subject}.tsv", "confound_columns": ["csf"]},
+            r"subject sub-001: confound file .*conf/sub-001\.tsv does not exist",
+        ),
+        ({"low_pass": 0.9}, r"subject sub-001: preprocess.low_pass = 0.9 Hz is at or above"),
+    ],
+)
+def test_pipeline_preprocess_errors_before_any_work(tmp_path, study, pre, message):
+    folder = tmp_path / "s"
+    write_study(study, folder, fmt="gifti", rank=20)
+    cfg = load_config(
+        folder / "pipeline.yaml", output=str(folder / "results"), ks=[10], preprocess=pre
+    )
+    logs: list[str] = []
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        run_pipeline(cfg, log=logs.append)
+    assert not any("[mask]" in line for line in logs)
