@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from . import __version__
+from .pipeline.methods import METHODS
 
 #: errors that describe bad input or settings: shown as one line unless --debug
 USER_ERRORS = (
@@ -93,8 +94,10 @@ def main(debug: bool) -> None:
     "--method",
     "methods",
     multiple=True,
-    help="Methods (repeat; overrides `methods`): directional, lsd, hierarchical_lsd, "
-    "spherical_kmeans, kmeans, spectral, ward (mesh-constrained).",
+    type=click.Choice(list(METHODS)),
+    help="Methods (repeat; overrides `methods`): "
+    + ", ".join(f"{name} ({m.summary})" for name, m in METHODS.items())
+    + ".",
 )
 @click.option("--rank", type=int, default=None, help="SVD rank (overrides `svd.rank`).")
 @click.option(

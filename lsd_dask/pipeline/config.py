@@ -10,13 +10,16 @@ A pipeline YAML looks like::
     # globs: {left: "data/*.L.func.gii", right: "data/*.R.func.gii"}  # id = common stem
     splits: null                   # null: sorted subjects halved; or {split1: [...], split2: [...]}
     mesh: {left: lh.surf.gii, right: rh.surf.gii}
-    methods: [directional]
+    methods: [directional]         # names, or variants with their own spatial settings:
+                                   # {name: dir_spatial, method: directional,
+                                   #  feature_smoothing_mm: 20, spatial_weight: 2}
     ks: [50, 100]
     svd: {method: randomized, rank: 1000, n_power_iter: 2}   # fuse_passes: true (q+2 reads)
     min_region_size: 20
     feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first
     contiguous: false              # true: connected parcels, fragments merged (see run.py)
     spatial_weight: 0              # directional, spherical_kmeans: Potts penalty per cut edge
+                                   # (these three: every method's default)
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
     preprocess:                    # per subject at ingest, before the SVD (default: none)
       smoothing_mm: 0              # FWHM along the mesh
@@ -50,20 +53,10 @@ from typing import Any
 import yaml
 
 from ..io.surface_files import SubjectFiles
+from .methods import MethodSpec, parse_methods
 from .preprocess import PreprocessSettings
 
-__all__ = ["PipelineConfig", "SvdSettings", "load_config", "METHODS"]
-
-#: method name -> estimator factory key (see pipeline.run._estimator)
-METHODS = (
-    "directional",
-    "lsd",
-    "hierarchical_lsd",
-    "spherical_kmeans",
-    "kmeans",
-    "spectral",
-    "ward",
-)
+__all__ = ["PipelineConfig", "SvdSettings", "load_config"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +119,11 @@ class PipelineConfig:
     mesh: dict[str, str]
     output: Path
     splits: dict[str, list[str]] | None = None
-    methods: list[str] = field(default_factory=lambda: ["directional"])
+    #: the methods to run, each with its spatial settings (``methods:`` in the file; the
+    #: top-level spatial settings below are every method's defaults)
+    methods: list[MethodSpec] = field(
+        default_factory=lambda: [MethodSpec("directional", "directional")]
+    )
     ks: list[int] = field(default_factory=lambda: [50, 100])
     svd: SvdSettings = field(default_factory=SvdSettings)
     min_region_size: int = 20
@@ -140,7 +137,8 @@ class PipelineConfig:
     #: split every cluster into connected parcels and merge fragments under
     #: ``min_region_size`` into their most similar neighbour (the labels written)
     contiguous: bool = False
-    #: Potts penalty per cut mesh edge in spherical k-means' assignment (0: none)
+    #: Potts penalty per cut mesh edge in the assignment of directional clustering and
+    #: spherical k-means (0: none)
     spatial_weight: float = 0.0
     #: where the stores, SVD results and labels go: ``<output>/work`` (None), another
     #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
@@ -179,9 +177,6 @@ class PipelineConfig:
 
     def validate(self) -> None:
         """Checks that need no data: names, numbers, duplicates, split membership."""
-        bad = [m for m in self.methods if m not in METHODS]
-        if bad:
-            raise ValueError(f"unknown method(s) {bad}; choose from {list(METHODS)}.")
         if not self.ks or any(int(k) < 2 for k in self.ks):
             raise ValueError(f"ks must be integers >= 2, got {self.ks}.")
         if self.nonfinite not in ("error", "mask"):
@@ -260,10 +255,14 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
             raw[key] = value
     _check_keys(raw, _TOP_KEYS, where)
     svd = SvdSettings.from_mapping(_mapping(raw.get("svd"), "svd"), where)
-    methods = raw.get("methods", ["directional"])
-    methods = [methods] if isinstance(methods, str) else methods
-    if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
-        raise ValueError(f"methods: a list of method names, got {methods!r}.")
+    spatial = {
+        "feature_smoothing_mm": _nonnegative(
+            raw.get("feature_smoothing_mm", 0.0), "feature_smoothing_mm"
+        ),
+        "spatial_weight": _nonnegative(raw.get("spatial_weight", 0.0), "spatial_weight"),
+        "contiguous": _bool(raw.get("contiguous", False), "contiguous"),
+    }
+    methods = parse_methods(raw.get("methods", ["directional"]), spatial)
     ks = raw.get("ks", [50, 100])
     ks = [ks] if isinstance(ks, int) and not isinstance(ks, bool) else ks
     if not isinstance(ks, list | tuple) or not ks:
@@ -278,7 +277,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         mesh={h: str(_resolve(v, base)) for h, v in _mapping(raw.get("mesh"), "mesh").items()},
         output=_resolve(raw.get("output", "lsd_dask_output"), base),
         splits={str(k): [str(i) for i in v] for k, v in splits.items()} if splits else None,
-        methods=list(methods),
+        methods=methods,
         ks=[_int(k, "ks", 2) for k in ks],
         svd=svd,
         min_region_size=_int(raw.get("min_region_size", 20), "min_region_size", 1),
@@ -286,11 +285,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         cluster=_cluster(raw.get("cluster"), base),
         random_state=_int(raw.get("random_state", 0), "random_state", 0),
         null_repeats=_int(raw.get("null_repeats", 5), "null_repeats", 0),
-        contiguous=_bool(raw.get("contiguous", False), "contiguous"),
-        spatial_weight=_nonnegative(raw.get("spatial_weight", 0.0), "spatial_weight"),
-        feature_smoothing_mm=_nonnegative(
-            raw.get("feature_smoothing_mm", 0.0), "feature_smoothing_mm"
-        ),
+        **spatial,
         work=_work(raw.get("work"), base),
         storage_options=_mapping(raw.get("storage_options"), "storage_options"),
         preprocess=PreprocessSettings.from_mapping(

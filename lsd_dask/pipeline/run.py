@@ -60,6 +60,7 @@ from ..surface import (
     split_connected,
 )
 from .config import PipelineConfig
+from .methods import MethodSpec, build_estimator
 from .preprocess import clean_subject, read_confounds
 from .workdir import WorkDir, file_identity
 
@@ -118,17 +119,19 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     timings["svd"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    jobs = [(split, m, k) for split in splits for m in cfg.methods for k in cfg.ks]
-    features: dict[str, Any] = {}  # loaded on first need: a resumed run may need none
-    smoothing, connectivity = _spatial_inputs(cfg, meshes, sizes, kept)
-    if smoothing is not None:
-        log(
-            f"[cluster] features blurred along the mesh: FWHM {cfg.feature_smoothing_mm:g} mm "
-            f"({smoothing[0]} averaging steps)"
-        )
-    for i, (split, method, k) in enumerate(jobs, 1):
-        log(f"[cluster] {_bar(i - 1, len(jobs))} next: {split} {method} K={k}")
-        _stage_cluster(cfg, split, method, k, features, kept, wd, log, smoothing, connectivity)
+    # by split, then by feature smoothing: each split's features are loaded (and blurred)
+    # once per smoothing width
+    jobs = [
+        (split, spec, k)
+        for split in splits
+        for spec in sorted(cfg.methods, key=lambda m: m.feature_smoothing_mm)
+        for k in cfg.ks
+    ]
+    features: dict[Any, Any] = {}  # loaded on first need: a resumed run may need none
+    mesh = _kept_mesh(meshes, sizes, kept) if any(m.needs_mesh for m in cfg.methods) else None
+    for i, (split, spec, k) in enumerate(jobs, 1):
+        log(f"[cluster] {_bar(i - 1, len(jobs))} next: {split} {spec.name} K={k}")
+        _stage_cluster(cfg, split, spec, k, features, kept, wd, log, mesh)
     timings["cluster"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -250,7 +253,7 @@ def _check_lsd_rank(cfg: PipelineConfig) -> None:
     the SVD, not after it (the rank can only be lower than svd.rank, never higher)."""
     from ..cluster.lsd import max_clusters
 
-    if "lsd" not in cfg.methods:
+    if not any(m.method == "lsd" for m in cfg.methods):
         return
     rank = cfg.svd.rank
     limit = max_clusters("cosine", rank)
@@ -509,30 +512,6 @@ def _features(wd: WorkDir, split: str, smoothing: tuple[int, Any] | None = None)
     return F.persist() if isinstance(F, da.Array) else F
 
 
-#: methods with a Potts term in their assignment step (``spatial_weight``)
-SPATIAL_METHODS = ("directional", "spherical_kmeans")
-
-
-def _spatial_inputs(
-    cfg: PipelineConfig, meshes: dict[str, Mesh], sizes: list[int], kept: np.ndarray
-) -> tuple[tuple[int, Any] | None, Any]:
-    """``(smoothing, connectivity)`` for the cluster stage: the averaging steps of
-    ``feature_smoothing_mm`` with the kept vertices' mesh adjacency (or None), and that
-    adjacency when any spatial option or mesh-constrained ward needs it (or None)."""
-    needed = (
-        cfg.feature_smoothing_mm > 0
-        or cfg.contiguous
-        or "ward" in cfg.methods
-        or (cfg.spatial_weight > 0 and any(m in SPATIAL_METHODS for m in cfg.methods))
-    )
-    if not needed:
-        return None, None
-    V, A = _kept_mesh(meshes, sizes, kept)
-    if cfg.feature_smoothing_mm <= 0:
-        return None, A
-    return (smoothing_steps(V, A, cfg.feature_smoothing_mm), A), A
-
-
 def _kept_mesh(
     meshes: dict[str, Mesh], sizes: list[int], kept: np.ndarray
 ) -> tuple[np.ndarray, sp.csr_matrix]:
@@ -542,85 +521,70 @@ def _kept_mesh(
     return V, A
 
 
-def _estimator(
-    method: str, k: int, seed: int, connectivity: Any = None, spatial_weight: float = 0.0
-) -> Any:
-    from .. import cluster as C
-
-    potts = {
-        "spatial_weight": spatial_weight,
-        "connectivity": connectivity if spatial_weight > 0 else None,
-    }
-    return {
-        "ward": lambda: C.MeshWard(k, connectivity=connectivity, random_state=seed),
-        "directional": lambda: C.DirectionalClustering(k, random_state=seed, **potts),
-        "lsd": lambda: C.LSD(k, random_state=seed),
-        "hierarchical_lsd": lambda: C.HierarchicalLSD(k, random_state=seed),
-        "spherical_kmeans": lambda: C.SphericalKMeans(k, random_state=seed, **potts),
-        "kmeans": lambda: C.KMeans(k, random_state=seed),
-        "spectral": lambda: C.SpectralClustering(k, random_state=seed),
-    }[method]()
-
-
 def _stage_cluster(
     cfg: PipelineConfig,
     split: str,
-    method: str,
+    spec: MethodSpec,
     k: int,
-    features: dict[str, Any],
+    features: dict[Any, Any],
     kept: np.ndarray,
     wd: WorkDir,
     log: Log,
-    smoothing: tuple[int, Any] | None = None,
-    connectivity: Any = None,
+    mesh: tuple[np.ndarray, sp.csr_matrix] | None = None,
 ) -> None:
-    path = wd.labels(split, method, k)
-    est = _estimator(method, k, cfg.random_state, connectivity, cfg.spatial_weight)
+    name = spec.name
+    path = wd.labels(split, name, k)
+    A = None if mesh is None else mesh[1]
+    steps = 0
+    if spec.feature_smoothing_mm > 0:
+        steps = smoothing_steps(mesh[0], A, spec.feature_smoothing_mm)
+    est = build_estimator(spec, k, cfg.random_state, A)
     params = {
-        name: {"sparse": list(v.shape), "nnz": int(v.nnz)} if sp.issparse(v) else v
-        for name, v in est.get_params().items()
+        p: {"sparse": list(v.shape), "nnz": int(v.nnz)} if sp.issparse(v) else v
+        for p, v in est.get_params().items()
     }
     key = {
         "svd": wd.fingerprint_of(f"svd/{split}"),
-        "method": method,
+        "method": spec.method,
         "k": k,
         "params": params,
-        "feature_smoothing": {
-            "fwhm_mm": cfg.feature_smoothing_mm,
-            "steps": 0 if smoothing is None else smoothing[0],
-        },
-        "contiguous": {"on": cfg.contiguous, "min_size": cfg.min_region_size},
+        "feature_smoothing": {"fwhm_mm": spec.feature_smoothing_mm, "steps": steps},
+        "contiguous": {"on": spec.contiguous, "min_size": cfg.min_region_size},
         "lsd_dask": __version__,
     }
-    name = f"cluster/{split}/{method}/K{k}"
-    if wd.is_current(name, key, [path]):
-        log(f"[cluster] {split} {method} K={k} done earlier, skipped")
+    stage = f"cluster/{split}/{name}/K{k}"
+    if wd.is_current(stage, key, [path]):
+        log(f"[cluster] {split} {name} K={k} done earlier, skipped")
         return
-    if split not in features:
-        features.clear()  # one split's features in memory at a time
-        features[split] = _features(wd, split, smoothing)
+    if (split, steps) not in features:
+        features.clear()  # one set of features in memory at a time (jobs come in order)
+        features[(split, steps)] = _features(wd, split, (steps, A) if steps else None)
+        if steps:
+            log(
+                f"[cluster] {split} features blurred along the mesh: FWHM "
+                f"{spec.feature_smoothing_mm:g} mm ({steps} averaging steps)"
+            )
+    F = features[(split, steps)]
     t0 = time.perf_counter()
-    est.fit(features[split])
+    est.fit(F)
     lab = np.asarray(est.labels_.compute() if hasattr(est.labels_, "compute") else est.labels_)
     full = np.zeros(kept.size, np.int32)
-    if cfg.contiguous:
-        parcels = contiguous_parcels(
-            lab, connectivity, min_size=cfg.min_region_size, features=features[split]
-        )
+    if spec.contiguous:
+        parcels = contiguous_parcels(lab, A, min_size=cfg.min_region_size, features=F)
         full[kept] = parcels
-        log(f"[cluster] {split} {method} K={k}: {int(parcels.max())} contiguous parcels")
+        log(f"[cluster] {split} {name} K={k}: {int(parcels.max())} contiguous parcels")
     else:
         full[kept] = lab + 1
     wd.save_npy(path, full)
-    wd.record(name, key)
-    log(f"[cluster] {split} {method} K={k}: {time.perf_counter() - t0:.1f} s")
+    wd.record(stage, key)
+    log(f"[cluster] {split} {name} K={k}: {time.perf_counter() - t0:.1f} s")
 
 
 def _stage_scores(
     cfg: PipelineConfig, splits: list[str], kept: np.ndarray, A: Any, wd: WorkDir, log: Log
 ) -> list[dict[str, Any]]:
     rows = []
-    for method in cfg.methods:
+    for method in (m.name for m in cfg.methods):
         for k in cfg.ks:
             a, b = (wd.load_npy(wd.labels(s, method, k)) for s in splits)
             pa = split_connected(a, A, min_size=cfg.min_region_size)
@@ -686,7 +650,7 @@ def _write_outputs(
     cifti = all(s.cifti is not None for s in cfg.subjects)
     label_dir = out / "labels"
     for split in splits:
-        for method in cfg.methods:
+        for method in (m.name for m in cfg.methods):
             for k in cfg.ks:
                 lab = wd.load_npy(wd.labels(split, method, k))
                 stem = f"{split}_{method}_K{k}"
@@ -704,7 +668,7 @@ def _write_outputs(
                         )
                     )
     files.append(plot_dice_vs_k(scores, out / "dice_vs_k.png"))
-    method, k = cfg.methods[0], sorted(cfg.ks)[len(cfg.ks) // 2]
+    method, k = cfg.methods[0].name, sorted(cfg.ks)[len(cfg.ks) // 2]
     for split in splits:
         lab = wd.load_npy(wd.labels(split, method, k))
         files.append(

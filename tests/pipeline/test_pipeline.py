@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from lsd_dask import cli
+from lsd_dask import cli, metrics
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.surface import two_hemisphere_mesh
 from lsd_dask.testing import surface_study
@@ -205,7 +205,6 @@ def test_feature_smoothing_recomputes_clusters_only_and_follows_the_parcels(
 ):
     """Blurring the features along the mesh (FWHM in mm) brings the noisy split closer to
     the planted parcels; changing it recomputes the cluster stage, not the SVD."""
-    from lsd_dask import metrics
 
     if dask_features:
         import lsd_dask.pipeline.run as run_mod
@@ -313,3 +312,38 @@ def test_spatial_weight_reaches_the_potts_methods(tmp_path, study, method):
         both = (lab[E.row] > 0) & (lab[E.col] > 0)
         cuts[w] = int(np.count_nonzero((lab[E.row] != lab[E.col]) & both))
     assert cuts[0.5] < cuts[0.0]
+
+
+def test_method_variants_run_side_by_side(tmp_path, study):
+    from lsd_dask.cluster import DirectionalClustering
+    from lsd_dask.similarity import unit_rows
+    from lsd_dask.surface import mesh_adjacency, smooth_on_mesh, smoothing_steps
+
+    write_study(study, tmp_path, fmt="gifti")
+    spatial = {
+        "name": "dir_spatial",
+        "method": "directional",
+        "feature_smoothing_mm": 12.0,
+        "spatial_weight": 0.5,
+    }
+    cfg = _config(tmp_path, ks=[10], methods=["directional", spatial, "ward"])
+    logs: list[str] = []
+    report = run_pipeline(cfg, log=logs.append)
+    assert {r["method"] for r in report["scores"]} == {"directional", "dir_spatial", "ward"}
+    assert report["config"]["methods"][1] == {**spatial, "contiguous": False}
+    # the variant is directional clustering with its Potts term on the blurred features
+    work = cfg.output / "work"
+    kept = np.load(work / "mask.npy")
+    m = study.meshes
+    A = mesh_adjacency(
+        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
+    )[kept][:, kept].tocsr()
+    V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
+    F = unit_rows(np.load(work / "split1_U.npy"))
+    F = unit_rows(smooth_on_mesh(F, A, n_iter=smoothing_steps(V, A, 12.0)))
+    ref = DirectionalClustering(10, spatial_weight=0.5, connectivity=A, random_state=0).fit(F)
+    got = np.load(work / "labels" / "split1_dir_spatial_K10.npy")[kept] - 1
+    assert metrics.ari(ref.labels_, got) > 0.99
+    plain = np.load(work / "labels" / "split1_directional_K10.npy")[kept] - 1
+    assert metrics.ari(plain, got) < 0.99  # the variant's settings took effect
+    assert (cfg.output / "labels" / "split1_dir_spatial_K10.L.label.gii").exists()

@@ -1,0 +1,181 @@
+"""The pipeline's clustering methods: one table that the configuration, the run and the CLI
+all read, and the configured variants a pipeline file may ask for.
+
+Adding a method to the pipeline: write its estimator in :mod:`lsd_dask.cluster`, export it,
+and add one :class:`Method` row to :data:`METHODS`.
+
+A pipeline file lists methods by name, or as variants with their own spatial settings, so
+that one run can put two settings of a method side by side::
+
+    methods:
+      - ward
+      - {name: directional_spatial, method: directional, feature_smoothing_mm: 20,
+         spatial_weight: 2}
+
+A variant's ``name`` names its label files and its rows in the report.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["METHODS", "Method", "MethodSpec", "build_estimator", "parse_methods"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One clustering method of the pipeline.
+
+    Attributes
+    ----------
+    build : callable
+        ``build(k, random_state, **extra)`` returns an unfitted estimator.
+    potts : bool
+        Whether it takes ``spatial_weight`` and ``connectivity`` (a Potts term).
+    needs_mesh : bool
+        Whether it always needs the mesh adjacency (``connectivity``).
+    summary : str
+        One line for the CLI's help.
+    """
+
+    build: Callable[..., Any]
+    potts: bool = False
+    needs_mesh: bool = False
+    summary: str = ""
+
+
+def _cluster(name: str) -> Callable[..., Any]:
+    def build(k: int, random_state: int, **extra: Any) -> Any:
+        from .. import cluster
+
+        return getattr(cluster, name)(k, random_state=random_state, **extra)
+
+    return build
+
+
+#: method name -> how the pipeline builds it
+METHODS: dict[str, Method] = {
+    "directional": Method(_cluster("DirectionalClustering"), potts=True, summary="Blumensath"),
+    "lsd": Method(_cluster("LSD"), summary="Arora et al., rotation solver"),
+    "hierarchical_lsd": Method(_cluster("HierarchicalLSD"), summary="divisive LSD"),
+    "spherical_kmeans": Method(_cluster("SphericalKMeans"), potts=True, summary="cosine"),
+    "kmeans": Method(_cluster("KMeans"), summary="Euclidean"),
+    "spectral": Method(_cluster("SpectralClustering"), summary="Ng-Jordan-Weiss"),
+    "ward": Method(_cluster("MeshWard"), needs_mesh=True, summary="mesh-constrained Ward"),
+}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method as a pipeline runs it: its name in outputs, the method, its spatial settings.
+
+    Attributes
+    ----------
+    name : str
+        Names the label files and the report's rows (the method's name by default).
+    method : str
+        A key of :data:`METHODS`.
+    feature_smoothing_mm : float
+        Blur of the SVD features along the mesh before clustering (FWHM, mm; 0: none).
+    spatial_weight : float
+        Potts penalty per cut mesh edge (methods with ``potts`` only).
+    contiguous : bool
+        Split clusters into connected parcels, merging small fragments.
+    """
+
+    name: str
+    method: str
+    feature_smoothing_mm: float = 0.0
+    spatial_weight: float = 0.0
+    contiguous: bool = False
+
+    @property
+    def needs_mesh(self) -> bool:
+        return (
+            METHODS[self.method].needs_mesh
+            or self.feature_smoothing_mm > 0
+            or self.contiguous
+            or (self.spatial_weight > 0 and METHODS[self.method].potts)
+        )
+
+
+def build_estimator(spec: MethodSpec, k: int, random_state: int, connectivity: Any = None) -> Any:
+    """The unfitted estimator of a configured method at K clusters."""
+    m = METHODS[spec.method]
+    extra: dict[str, Any] = {}
+    if m.needs_mesh:
+        extra["connectivity"] = connectivity
+    if m.potts:
+        extra["spatial_weight"] = spec.spatial_weight
+        extra["connectivity"] = connectivity if spec.spatial_weight > 0 else None
+    return m.build(k, random_state, **extra)
+
+
+def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
+    """Method specs from the ``methods:`` entry; errors name the entry and the key.
+
+    ``defaults`` holds the top-level ``feature_smoothing_mm``, ``spatial_weight`` and
+    ``contiguous``, which a variant may override.
+    """
+    entries = [raw] if isinstance(raw, str | dict) else raw
+    if not isinstance(entries, list | tuple) or not entries:
+        raise ValueError(f"methods: a list of method names or variants, got {raw!r}.")
+    specs = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            entry = {"method": entry}
+        if not isinstance(entry, dict):
+            raise ValueError(f"methods[{i}]: a method name or a mapping, got {entry!r}.")
+        unknown = sorted(set(entry) - _VARIANT_KEYS)
+        if unknown:
+            raise ValueError(
+                f"methods[{i}]: unknown key(s) {unknown}; known: {sorted(_VARIANT_KEYS)}."
+            )
+        method = entry.get("method")
+        if method not in METHODS:
+            raise ValueError(
+                f"methods[{i}]: unknown method {method!r}; choose from {list(METHODS)}."
+            )
+        name = str(entry.get("name", method))
+        if not _NAME.match(name):
+            raise ValueError(
+                f"methods[{i}]: name {name!r}: use letters, digits and '_' only (it names files)."
+            )
+        settings = {**defaults, **{k: v for k, v in entry.items() if k in defaults}}
+        for key in ("feature_smoothing_mm", "spatial_weight"):
+            v = settings[key]
+            if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)):
+                raise ValueError(f"methods[{i}].{key}: a number >= 0, got {v!r}.")
+            if v < 0:
+                raise ValueError(f"methods[{i}].{key}: a number >= 0, got {v!r}.")
+        if not isinstance(settings["contiguous"], bool):
+            raise ValueError(f"methods[{i}].contiguous: true or false.")
+        if not METHODS[method].potts:
+            if entry.get("spatial_weight", 0) > 0:
+                raise ValueError(
+                    f"methods[{i}]: {method} has no Potts term; spatial_weight applies to "
+                    f"{[m for m, v in METHODS.items() if v.potts]}."
+                )
+            settings["spatial_weight"] = 0.0  # the top-level default does not apply
+        specs.append(
+            MethodSpec(
+                name=name,
+                method=method,
+                feature_smoothing_mm=float(settings["feature_smoothing_mm"]),
+                spatial_weight=float(settings["spatial_weight"]),
+                contiguous=settings["contiguous"],
+            )
+        )
+    names = [s.name for s in specs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"methods: name(s) {dup} used twice; give each variant its own name.")
+    return specs
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]{0,63}$")
+_VARIANT_KEYS = {"name", "method", "feature_smoothing_mm", "spatial_weight", "contiguous"}
