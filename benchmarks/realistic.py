@@ -6,7 +6,8 @@ Two data sets:
 - ``--data realistic``: the realistic surface study (real conte69 32k mesh, Vos de Wael
   atlas as the truth, HCP group connectivity; 3 + 3 subjects × 300 TRs, 58,558 cortical
   vertices). Features per split: each subject z-scored per vertex, concatenated in time,
-  rank-r randomized SVD, unit rows (as the pipeline does).
+  rank-r randomized SVD, unit rows of U·Σ (the pipeline's default ``features: us``; ``--features
+  u`` clusters unit rows of U, the paper's protocol).
 - ``--data real``: brainspace's real fsaverage5 resting-state run (one subject, 652 TRs,
   20,484 vertices less the 888 constant ones); its first and second halves in time are the
   two splits. No truth: NMI and ARI are between the halves.
@@ -57,10 +58,10 @@ METHODS = (
 DETERMINISTIC = ("ward_mesh",)
 
 
-def features(study: Any, split: str, rank: int, seed: int) -> np.ndarray:
+def features(study: Any, split: str, rank: int, seed: int, kind: str = "us") -> np.ndarray:
     """Unit-row rank-r SVD features of a realistic study's split (time-concatenated)."""
     xs = [_zscore(study.subject_data(sid)[study.cortex]) for sid in study.splits[split]]
-    return _svd_rows(np.concatenate(xs, axis=1), rank, seed)
+    return _svd_rows(np.concatenate(xs, axis=1), rank, seed, kind)
 
 
 def fit(
@@ -151,6 +152,9 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=100, help="Least rank; max(rank, K) is used.")
     ap.add_argument("--snr", type=float, default=0.5)
     ap.add_argument(
+        "--features", choices=("us", "u"), default="us", help="Rows of U·Σ or of U (unit rows)."
+    )
+    ap.add_argument(
         "--spatial-weight", type=float, default=2.0, help="Potts weight of the *_potts rows."
     )
     ap.add_argument(
@@ -168,14 +172,15 @@ def main() -> None:
     data = realistic_data(args) if args.data == "realistic" else real_data(args)
     truth, A = data["truth"], data["A"]
     print(data["title"])
-    print(f"Potts weight of the *_potts rows: {args.spatial_weight}")
+    rows = "U·Σ" if args.features == "us" else "U"
+    print(f"features: unit rows of {rows}; Potts weight of the *_potts rows: {args.spatial_weight}")
     against = "truth" if truth is not None else "the other half"
     print(f"NMI and ARI against {against}; mean ± sd over splits and seeds {args.seeds}")
     print("| K | rank | method | NMI | ARI | Dice | regions (split 1/2) | s per fit |")
     print("|---|---|---|---|---|---|---|---|")
     for k in ks:
         rank = max(args.rank, k)
-        base = {s: _svd_rows(X, rank, 0) for s, X in data["columns"].items()}
+        base = {s: _svd_rows(X, rank, 0, args.features) for s, X in data["columns"].items()}
         variants = [("", base)] + [
             (f"+smooth{mm:g}", {s: _smoothed(F, data, mm) for s, F in base.items()})
             for mm in args.smooth_mm
@@ -248,9 +253,11 @@ def _split_matrix(study: Any, split: str) -> np.ndarray:
     )
 
 
-def _svd_rows(X: np.ndarray, rank: int, seed: int) -> np.ndarray:
-    U, _, _ = randomized_svd(X, rank, n_iter=2, random_state=seed)
-    return U / np.linalg.norm(U, axis=1, keepdims=True)
+def _svd_rows(X: np.ndarray, rank: int, seed: int, kind: str = "us") -> np.ndarray:
+    """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``) of a rank-r randomized SVD."""
+    U, S, _ = randomized_svd(X, rank, n_iter=2, random_state=seed)
+    F = U * S if kind == "us" else U
+    return F / np.linalg.norm(F, axis=1, keepdims=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ re-run only when its stamp records the same inputs and settings; see ``workdir``
 2. ``ingest``: per split, demean and variance-normalise every kept vertex of every subject
    and write the split's Zarr store (vertices × subjects·time, one subject per chunk).
 3. ``svd``: per split, the leading left singular vectors (randomized or streaming SVD).
-4. ``cluster``: rows of U, unit-normalised, clustered for every method and K.
+4. ``cluster``: rows of U·Σ (or of U, ``features: u``), unit-normalised, clustered for
+   every method and K.
 5. ``scores``: clusters split into connected regions, regions under ``min_region_size``
    dropped, then Dice (greedy matching), NMI and ARI between the splits, beside a null of
    random parcellations with the same K grown on the same mesh.
@@ -497,15 +498,21 @@ def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:
 IN_MEMORY_FEATURES_BYTES = 64 * 2**20
 
 
-def _features(wd: WorkDir, split: str, smoothing: tuple[int, Any] | None = None) -> Any:
-    """Unit rows of U, blurred along the mesh when asked (then unit rows again): a dask
-    array persisted on the workers, or numpy when small."""
+def _features(
+    wd: WorkDir, split: str, smoothing: tuple[int, Any] | None = None, kind: str = "us"
+) -> Any:
+    """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``), blurred along the mesh when
+    asked (then unit rows again): a dask array persisted on the workers, or numpy when
+    small."""
     U = wd.load_npy(wd.u(split), mmap=True)
+    scale = wd.load_npy(wd.s(split)).astype(U.dtype) if kind == "us" else None
     if U.nbytes <= IN_MEMORY_FEATURES_BYTES:
-        F = unit_rows(np.asarray(U))
+        F = np.asarray(U)
+        F = unit_rows(F if scale is None else F * scale)
     else:
         chunk = max(1, min(U.shape[0], 16384))
-        F = unit_rows(da.from_array(U, chunks=(chunk, U.shape[1])))
+        F = da.from_array(U, chunks=(chunk, U.shape[1]))
+        F = unit_rows(F if scale is None else F * scale)
     if smoothing is not None:
         steps, A = smoothing
         F = unit_rows(smooth_on_mesh(F, A, n_iter=steps))
@@ -548,6 +555,7 @@ def _stage_cluster(
         "method": spec.method,
         "k": k,
         "params": params,
+        "features": cfg.features,
         "feature_smoothing": {"fwhm_mm": spec.feature_smoothing_mm, "steps": steps},
         "contiguous": {"on": spec.contiguous, "min_size": cfg.min_region_size},
         "lsd_dask": __version__,
@@ -558,7 +566,7 @@ def _stage_cluster(
         return
     if (split, steps) not in features:
         features.clear()  # one set of features in memory at a time (jobs come in order)
-        features[(split, steps)] = _features(wd, split, (steps, A) if steps else None)
+        features[(split, steps)] = _features(wd, split, (steps, A) if steps else None, cfg.features)
         if steps:
             log(
                 f"[cluster] {split} features blurred along the mesh: FWHM "

@@ -77,6 +77,7 @@ def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
         ({"methods": [{"method": "lsd", "spatial_weight": -1}]}, "spatial_weight: a number >= 0"),
         ({"splits": {"../../x": ["sub-0"], "b": ["sub-1"]}}, "split name '../../x'"),
         ({"mesh": ["lh.surf.gii"]}, "mesh: expected a mapping"),
+        ({"features": "US"}, "features must be 'us'"),
     ],
 )
 def test_bad_values_name_their_key(folder, change, message):

@@ -339,7 +339,8 @@ def test_method_variants_run_side_by_side(tmp_path, study):
         [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
     )[kept][:, kept].tocsr()
     V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
-    F = unit_rows(np.load(work / "split1_U.npy"))
+    # the default features: unit rows of U·Σ
+    F = unit_rows(np.load(work / "split1_U.npy") * np.load(work / "split1_s.npy"))
     F = unit_rows(smooth_on_mesh(F, A, n_iter=smoothing_steps(V, A, 12.0)))
     ref = DirectionalClustering(10, spatial_weight=0.5, connectivity=A, random_state=0).fit(F)
     got = np.load(work / "labels" / "split1_dir_spatial_K10.npy")[kept] - 1
@@ -347,3 +348,22 @@ def test_method_variants_run_side_by_side(tmp_path, study):
     plain = np.load(work / "labels" / "split1_directional_K10.npy")[kept] - 1
     assert metrics.ari(plain, got) < 0.99  # the variant's settings took effect
     assert (cfg.output / "labels" / "split1_dir_spatial_K10.L.label.gii").exists()
+
+
+def test_features_u_clusters_the_rows_of_u(tmp_path, study):
+    from lsd_dask.cluster import SphericalKMeans
+    from lsd_dask.similarity import unit_rows
+
+    write_study(study, tmp_path, fmt="gifti")
+    logs: list[str] = []
+    run_pipeline(_config(tmp_path, ks=[10], methods=["spherical_kmeans"]), log=logs.append)
+    cfg = _config(tmp_path, ks=[10], methods=["spherical_kmeans"], features="u")
+    logs.clear()
+    run_pipeline(cfg, log=logs.append)
+    assert any("[svd] split1 done earlier" in line for line in logs)
+    assert any("recomputing (changed: features" in line for line in logs), logs
+    work = cfg.output / "work"
+    kept = np.load(work / "mask.npy")
+    ref = SphericalKMeans(10, random_state=0).fit(unit_rows(np.load(work / "split1_U.npy")))
+    got = np.load(work / "labels" / "split1_spherical_kmeans_K10.npy")[kept] - 1
+    np.testing.assert_array_equal(got, ref.labels_)
