@@ -1,4 +1,13 @@
-"""Figures of a run: Dice against K (Blumensath Fig. 8) and parcellations on the surface."""
+"""Figures of a run: Dice against K (Blumensath Fig. 8) and parcellations on the surface.
+
+Parcellations are drawn with nilearn's ``plot_surf_roi``: lateral and medial views of both
+hemispheres. On fsaverage5 meshes (10,242 vertices per hemisphere) they are drawn on
+nilearn's inflated fsaverage5 with sulcal depth as shading; on other meshes, on the mesh
+itself with its convexity as shading. Colours come from a qualitative palette, chosen so
+that neighbouring parcels differ, and every later panel's labels are matched to the first
+panel's by the Hungarian method, so that the same region has the same colour across splits
+and methods.
+"""
 
 from __future__ import annotations
 
@@ -7,47 +16,50 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linear_sum_assignment
 
-from .surface import Mesh
+from .surface import Mesh, mesh_adjacency
 
-__all__ = ["plot_dice_vs_k", "plot_parcellation"]
+__all__ = [
+    "display_surfaces",
+    "match_labels",
+    "parcel_colours",
+    "plot_dice_vs_k",
+    "plot_parcellation",
+    "plot_parcellations",
+]
 
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
+#: (hemisphere, view) of each column of a parcellation figure
+VIEWS = (("left", "lateral"), ("left", "medial"), ("right", "medial"), ("right", "lateral"))
 
 
 def plot_dice_vs_k(
     scores: list[dict[str, Any]], path: str | os.PathLike[str], *, title: str | None = None
 ) -> Path:
-    """One line per method (mean Dice between splits against K) plus the null's mean ± sd.
+    """One line per method (Dice between splits against K), each with its own null's
+    mean ± sd as a band in the method's colour.
 
     ``scores`` rows need ``method``, ``k``, ``dice``, ``null_dice_mean``, ``null_dice_sd``.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    methods = sorted({r["method"] for r in scores})
-    for m in methods:
+    methods = list(dict.fromkeys(r["method"] for r in scores))
+    for i, m in enumerate(methods):
+        colour = plt.get_cmap("tab10")(i % 10)
         rows = sorted((r for r in scores if r["method"] == m), key=lambda r: r["k"])
-        ax.plot([r["k"] for r in rows], [r["dice"] for r in rows], marker="o", label=m)
-    null = {}
-    for r in scores:
-        null.setdefault(r["k"], (r["null_dice_mean"], r["null_dice_sd"]))
-    ks = sorted(null)
-    mean = np.array([null[k][0] for k in ks])
-    sd = np.array([null[k][1] for k in ks])
-    ax.plot(ks, mean, color="grey", linestyle="--", label="null (region sizes placed at random)")
-    ax.fill_between(ks, mean - sd, mean + sd, color="grey", alpha=0.2)
+        ks = [r["k"] for r in rows]
+        ax.plot(ks, [r["dice"] for r in rows], marker="o", color=colour, label=m)
+        mean = np.array([r["null_dice_mean"] for r in rows])
+        sd = np.array([r["null_dice_sd"] for r in rows])
+        ax.plot(ks, mean, color=colour, linestyle="--", linewidth=1)
+        ax.fill_between(ks, mean - sd, mean + sd, color=colour, alpha=0.15)
+    ax.plot([], [], color="grey", linestyle="--", label="its null (region sizes at random)")
     ax.set_xlabel("number of clusters K")
     ax.set_ylabel("Dice between splits")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
-    ax.legend(frameon=False)
+    ax.legend(frameon=False, fontsize=8)
     ax.set_title(title or "Split-half reproducibility")
     fig.tight_layout()
     out = Path(path)
@@ -57,50 +69,204 @@ def plot_dice_vs_k(
 
 
 def plot_parcellation(
+    meshes: dict[str, Mesh], labels: np.ndarray, path: str | os.PathLike[str], *, title: str = ""
+) -> Path:
+    """One parcellation (0 = background), lateral and medial views of both hemispheres."""
+    return plot_parcellations(meshes, {title: labels}, path)
+
+
+def plot_parcellations(
     meshes: dict[str, Mesh],
-    labels: np.ndarray,
+    panels: dict[str, np.ndarray],
     path: str | os.PathLike[str],
     *,
     title: str = "",
-    seed: int = 0,
 ) -> Path:
-    """Lateral views of each hemisphere, faces coloured by label (0 = grey background)."""
+    """Several parcellations of the same vertices, one row each, in matched colours.
+
+    Parameters
+    ----------
+    meshes : {"left": Mesh, "right": Mesh}
+        The meshes the labels are on (left hemisphere's vertices first in ``labels``).
+    panels : dict of row title -> labels of shape (n_vertices,)
+        Labels from 1, 0 = background (drawn as the shading only). Every row after the first
+        is relabelled to match the first row by the Hungarian method.
+    path : where the PNG goes
+    title : figure title
+    """
     plt = _pyplot()
     from matplotlib.colors import ListedColormap
+    from nilearn import plotting
 
-    n_lab = int(labels.max(initial=0))
-    rng = np.random.default_rng(seed)
-    colours = np.vstack(
-        [
-            [0.8, 0.8, 0.8, 1.0],
-            np.c_[rng.uniform(0.1, 0.95, (max(n_lab, 1), 3)), np.ones(max(n_lab, 1))],
-        ]
+    surfaces, shading = display_surfaces(meshes)
+    sizes = [meshes[h].n_vertices for h in ("left", "right")]
+    A = mesh_adjacency([meshes[h].faces for h in ("left", "right")], sizes)
+    rows = list(panels.items())
+    reference = np.asarray(rows[0][1], np.int64)
+    matched = [reference] + [match_labels(reference, np.asarray(v)) for _, v in rows[1:]]
+    n_lab = int(max(int(m.max(initial=0)) for m in matched))
+    cmap = ListedColormap(parcel_colours(matched, A, n_lab))
+    fig, axes = plt.subplots(
+        len(rows),
+        len(VIEWS),
+        subplot_kw={"projection": "3d"},
+        figsize=(3.2 * len(VIEWS), 2.6 * len(rows) + (0.4 if title else 0.0)),
+        dpi=110,
+        squeeze=False,
     )
-    cmap = ListedColormap(colours)
-    fig = plt.figure(figsize=(4 * len(meshes), 4), dpi=120)
-    start = 0
-    for i, (hemi, mesh) in enumerate(meshes.items()):
-        lab = labels[start : start + mesh.n_vertices]
-        start += mesh.n_vertices
-        ax = fig.add_subplot(1, len(meshes), i + 1, projection="3d")
-        v = mesh.vertices
-        face_lab = lab[mesh.faces[:, 0]]
-        surf = ax.plot_trisurf(
-            v[:, 0],
-            v[:, 1],
-            v[:, 2],
-            triangles=mesh.faces,
-            linewidth=0,
-            antialiased=False,
-            shade=False,
-        )
-        surf.set_facecolor(cmap(face_lab / max(n_lab, 1)))
-        ax.view_init(elev=0, azim=180 if hemi == "left" else 0)
-        ax.set_box_aspect(None, zoom=1.5)
-        ax.set_axis_off()
-        ax.set_title(hemi)
-    fig.suptitle(title)
+    for r, ((name, _), lab) in enumerate(zip(rows, matched, strict=True)):
+        parts = {"left": lab[: sizes[0]], "right": lab[sizes[0] :]}
+        for c, (hemi, view) in enumerate(VIEWS):
+            mesh = surfaces[hemi]
+            plotting.plot_surf_roi(
+                (mesh.vertices, mesh.faces),
+                roi_map=parts[hemi].astype(np.float64),
+                hemi=hemi,
+                view=view,
+                bg_map=shading[hemi],
+                cmap=cmap,
+                vmin=0,
+                vmax=max(n_lab, 1),
+                threshold=1e-14,  # label 0 shows the shading only
+                colorbar=False,
+                axes=axes[r, c],
+                figure=fig,
+            )
+        axes[r, 0].text2D(0.0, 0.95, name, transform=axes[r, 0].transAxes, fontsize=10, va="top")
+    if title:
+        fig.suptitle(title, fontsize=12)
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=0.93 if title else 1.0, wspace=0, hspace=0)
     out = Path(path)
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def display_surfaces(meshes: dict[str, Mesh]) -> tuple[dict[str, Mesh], dict[str, np.ndarray]]:
+    """Meshes to draw on and their shading: nilearn's inflated fsaverage5 and sulcal depth
+    for fsaverage5 meshes (FreeSurfer's vertex order, 10,242 per hemisphere), otherwise
+    the meshes themselves shaded by their convexity."""
+    if all(meshes[h].n_vertices == 10242 for h in ("left", "right")):
+        from nilearn import datasets
+
+        infl = datasets.load_fsaverage("fsaverage5")["inflated"]
+        sulc = datasets.load_fsaverage_data("fsaverage5", data_type="sulcal")
+        surf = {
+            h: Mesh(np.asarray(infl.parts[h].coordinates), np.asarray(infl.parts[h].faces))
+            for h in ("left", "right")
+        }
+        return surf, {h: np.asarray(sulc.data.parts[h], np.float64) for h in ("left", "right")}
+    return dict(meshes), {h: convexity(meshes[h]) for h in ("left", "right")}
+
+
+def convexity(mesh: Mesh) -> np.ndarray:
+    """How far each vertex lies inside (sulcus, > 0) or outside (gyrus, < 0) the mean of
+    its neighbours, along the vertex normal: a sulcal-depth-like shading."""
+    A = sp.csr_matrix(mesh.adjacency(), dtype=np.float64)
+    V = np.asarray(mesh.vertices, np.float64)
+    deg = np.asarray(A.sum(axis=1)).ravel()
+    mean = (A @ V) / np.maximum(deg, 1)[:, None]
+    tri = V[mesh.faces]
+    face_n = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    normal = np.zeros_like(V)
+    for j in range(3):
+        np.add.at(normal, mesh.faces[:, j], face_n)
+    normal /= np.maximum(np.linalg.norm(normal, axis=1, keepdims=True), 1e-12)
+    return np.einsum("ij,ij->i", mean - V, normal)
+
+
+def match_labels(reference: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Relabel ``labels`` so that each of its parcels takes the id of the reference parcel
+    it overlaps most, one to one (Hungarian method on the overlap counts).
+
+    0 stays background; parcels left without a partner get ids above the reference's.
+    """
+    ref = np.asarray(reference, np.int64)
+    lab = np.asarray(labels, np.int64)
+    both = (ref > 0) & (lab > 0)
+    ids = np.unique(lab[lab > 0])
+    if ids.size == 0:
+        return lab.copy()
+    ref_ids = np.unique(ref[ref > 0])
+    overlap = sp.coo_matrix(
+        (
+            np.ones(int(both.sum())),
+            (np.searchsorted(ids, lab[both]), np.searchsorted(ref_ids, ref[both])),
+        ),
+        shape=(ids.size, max(ref_ids.size, 1)),
+    ).toarray()
+    rows, cols = linear_sum_assignment(-overlap)
+    new_id = np.zeros(ids.size, np.int64)
+    keep = overlap[rows, cols] > 0
+    new_id[rows[keep]] = ref_ids[cols[keep]]
+    free = np.flatnonzero(new_id == 0)
+    new_id[free] = int(ref.max(initial=0)) + 1 + np.arange(free.size)
+    out = np.zeros_like(lab)
+    out[lab > 0] = new_id[np.searchsorted(ids, lab[lab > 0])]
+    return out
+
+
+def parcel_colours(
+    labellings: list[np.ndarray], adjacency: sp.spmatrix, n_labels: int
+) -> np.ndarray:
+    """RGBA colours for ids 0..n_labels (0: grey) from a qualitative palette, chosen so that
+    parcels that touch on the mesh in any of the labellings get far-apart colours.
+
+    Greedy: parcels in decreasing size each take the palette colour furthest (in RGB) from
+    the colours of their neighbours coloured so far, the least used one on ties.
+    """
+    palette = _palette()
+    A = sp.coo_matrix(adjacency)
+    touch = sp.csr_matrix((n_labels + 1, n_labels + 1))
+    size = np.zeros(n_labels + 1)
+    for lab in labellings:
+        lab = np.asarray(lab, np.int64)
+        size += np.bincount(lab, minlength=n_labels + 1)[: n_labels + 1]
+        a, b = lab[A.row], lab[A.col]
+        cut = (a != b) & (a > 0) & (b > 0)
+        touch = touch + sp.csr_matrix(
+            (np.ones(int(cut.sum())), (a[cut], b[cut])), shape=(n_labels + 1, n_labels + 1)
+        )
+    touch = touch.tocsr()
+    colour = np.full(n_labels + 1, -1, np.int64)
+    used = np.zeros(len(palette))
+    for p in np.argsort(-size[1:], kind="stable") + 1:
+        nbrs = colour[touch.indices[touch.indptr[p] : touch.indptr[p + 1]]]
+        nbrs = nbrs[nbrs >= 0]
+        if nbrs.size:
+            d = np.linalg.norm(palette[:, None, :3] - palette[nbrs][None, :, :3], axis=2).min(1)
+        else:
+            d = np.ones(len(palette))
+        best = np.flatnonzero(d >= d.max() - 1e-9)
+        colour[p] = best[np.argmin(used[best])]
+        used[colour[p]] += 1
+    out = np.empty((n_labels + 1, 4))
+    out[0] = (0.8, 0.8, 0.8, 1.0)
+    out[1:] = palette[colour[1:]]
+    return out
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _palette() -> np.ndarray:
+    """About 60 qualitative colours (matplotlib's tab20, tab20b, tab20c, Set1 and Dark2),
+    greys left out."""
+    import matplotlib
+
+    cols = []
+    for name in ("tab20", "tab20b", "tab20c", "Set1", "Dark2"):
+        cmap = matplotlib.colormaps[name]
+        cols.extend(cmap(i) for i in range(cmap.N))
+    pal = np.unique(np.round(np.asarray(cols), 4), axis=0)
+    # no greys: they read as the background or the shading
+    return pal[np.ptp(pal[:, :3], axis=1) > 0.15]
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -652,7 +652,7 @@ def _write_outputs(
     wd: WorkDir,
     out: Path,
 ) -> list[Path]:
-    from ..plotting import plot_dice_vs_k, plot_parcellation
+    from ..plotting import plot_dice_vs_k, plot_parcellations
 
     files: list[Path] = []
     cifti = all(s.cifti is not None for s in cfg.subjects)
@@ -676,17 +676,16 @@ def _write_outputs(
                         )
                     )
     files.append(plot_dice_vs_k(scores, out / "dice_vs_k.png"))
-    method, k = cfg.methods[0].name, sorted(cfg.ks)[len(cfg.ks) // 2]
-    for split in splits:
-        lab = wd.load_npy(wd.labels(split, method, k))
-        files.append(
-            plot_parcellation(
-                meshes,
-                lab,
-                out / f"parcellation_{split}_{method}_K{k}.png",
-                title=f"{split}: {method}, K={k}",
-            )
-        )
+    # every method and split at the middle K, in colours matched to the first row
+    k = sorted(cfg.ks)[len(cfg.ks) // 2]
+    panels = {
+        f"{m.name}, {split}": wd.load_npy(wd.labels(split, m.name, k))
+        for m in cfg.methods
+        for split in splits
+    }
+    files.append(
+        plot_parcellations(meshes, panels, out / f"parcellations_K{k}.png", title=f"K = {k}")
+    )
     return files
 
 
