@@ -146,7 +146,7 @@ def run(
         security = {k: str(v) for k, v in tls.items()} | {"require_encryption": True}
         target = {"type": "remote", "remote": {"address": scheduler, "security": security}}
     with connect(target, log=click.echo):
-        run_pipeline(cfg, log=click.echo)
+        run_pipeline(cfg, log=click.echo, command=_command_line())
 
 
 @main.command()
@@ -242,3 +242,20 @@ def synth(
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def _command_line() -> str:
+    """The command that runs (for the report and dataset_description.json), rebuilt from
+    click's parsed parameters: what was given, defaults left out."""
+    import shlex
+
+    ctx = click.get_current_context()
+    words = ["lsd-dask", str(ctx.info_name)]
+    for p in ctx.command.params:
+        value = ctx.params.get(p.name)
+        if isinstance(p, click.Argument):
+            words.append(str(value))
+        elif value not in (None, (), False) and value != p.default:
+            for item in value if isinstance(value, tuple) else (value,):
+                words += [p.opts[0]] if item is True else [p.opts[0], str(item)]
+    return shlex.join(words)

@@ -32,6 +32,7 @@ __all__ = [
     "label_table",
     "write_label_gifti",
     "write_dlabel",
+    "cifti_vertices",
     "write_func_gifti",
     "write_surface_gifti",
     "write_dtseries",
@@ -201,27 +202,52 @@ def load_mesh(path: str | os.PathLike[str]) -> Mesh:
     return Mesh(np.asarray(pts[0].data, np.float64), np.asarray(tri[0].data, np.int64))
 
 
-def label_table(n_labels: int, *, seed: int = 0) -> dict[int, tuple[str, tuple[float, ...]]]:
-    """Names and RGBA colours for labels 0..n_labels (0 = background '???')."""
+def label_table(
+    n_labels: int, *, colours: np.ndarray | None = None, seed: int = 0
+) -> dict[int, tuple[str, tuple[float, ...]]]:
+    """Names and RGBA colours for labels 0..n_labels (0 = background ``???``).
+
+    Names are ``parcel0001``... (as in the run's ``_dseg.tsv``). ``colours``: RGB(A) rows
+    in [0, 1] for ids 0..n_labels; None draws seeded random colours.
+    """
     rng = np.random.default_rng(seed)
     table = {0: ("???", (0.0, 0.0, 0.0, 0.0))}
     for i in range(1, n_labels + 1):
-        r, g, b = rng.uniform(0.15, 0.95, 3)
-        table[i] = (f"parcel_{i:04d}", (float(r), float(g), float(b), 1.0))
+        if colours is not None:
+            r, g, b = (float(v) for v in np.asarray(colours)[i][:3])
+        else:
+            r, g, b = (float(v) for v in rng.uniform(0.15, 0.95, 3))
+        table[i] = (f"parcel{i:04d}", (r, g, b, 1.0))
     return table
 
 
-def write_label_gifti(path: str | os.PathLike[str], labels: np.ndarray, *, hemisphere: str) -> Path:
-    """A ``.label.gii`` for one hemisphere (int32 labels, 0 = background)."""
+def write_label_gifti(
+    path: str | os.PathLike[str],
+    labels: np.ndarray,
+    *,
+    hemisphere: str,
+    colours: np.ndarray | None = None,
+    name: str | None = None,
+) -> Path:
+    """A ``.label.gii`` for one hemisphere (int32 labels, 0 = background).
+
+    ``colours``: RGB(A) rows for ids 0..max (see :func:`label_table`); ``name`` names the
+    map (Workbench shows it; nilearn reads it).
+    """
     lab = np.asarray(labels, np.int32)
     table = nib.gifti.GiftiLabelTable()
-    for key, (name, rgba) in label_table(int(lab.max(initial=0))).items():
+    for key, (label, rgba) in label_table(int(lab.max(initial=0)), colours=colours).items():
         lbl = nib.gifti.GiftiLabel(key=key, red=rgba[0], green=rgba[1], blue=rgba[2], alpha=rgba[3])
-        lbl.label = name
+        lbl.label = label
         table.labels.append(lbl)
     structure = "CortexLeft" if hemisphere == "left" else "CortexRight"
     meta = nib.gifti.GiftiMetaData({"AnatomicalStructurePrimary": structure})
-    darray = nib.gifti.GiftiDataArray(lab, intent="NIFTI_INTENT_LABEL", datatype="NIFTI_TYPE_INT32")
+    darray = nib.gifti.GiftiDataArray(
+        lab,
+        intent="NIFTI_INTENT_LABEL",
+        datatype="NIFTI_TYPE_INT32",
+        meta=nib.gifti.GiftiMetaData({"Name": name} if name else {}),
+    )
     img = nib.gifti.GiftiImage(labeltable=table, darrays=[darray], meta=meta)
     return _atomic_save(img, Path(path))
 
@@ -232,19 +258,44 @@ def write_dlabel(
     hemi_sizes: list[int],
     *,
     name: str = "parcellation",
+    colours: np.ndarray | None = None,
+    vertices: dict[str, np.ndarray] | None = None,
 ) -> Path:
-    """A CIFTI-2 dense label file over both cortical surfaces (every vertex a grayordinate)."""
+    """A CIFTI-2 dense label file over both cortical surfaces.
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n_vertices,)
+        Every mesh vertex, left hemisphere first.
+    hemi_sizes : vertices per hemisphere
+    name : the map's name
+    colours : RGB(A) rows for ids 0..max (see :func:`label_table`)
+    vertices : {"left": indices, "right": indices}, optional
+        The grayordinates to write per hemisphere, e.g. an input's own brain models
+        (:func:`cifti_vertices`: HCP's 32k files leave the medial wall out). Default: every
+        vertex.
+    """
     lab = np.asarray(labels, np.int32)
     bm = None
     start = 0
+    cols = []
     for hemi, n in zip(HEMISPHERES, hemi_sizes, strict=False):
-        part = cifti2.BrainModelAxis.from_surface(np.arange(n), n, name=_CIFTI_NAMES[hemi])
+        idx = np.arange(n) if vertices is None else np.asarray(vertices[hemi], np.int64)
+        part = cifti2.BrainModelAxis.from_surface(idx, n, name=_CIFTI_NAMES[hemi])
         bm = part if bm is None else bm + part
+        cols.append(lab[start + idx])
         start += n
-    table = label_table(int(lab.max(initial=0)))
+    table = label_table(int(lab.max(initial=0)), colours=colours)
     lax = cifti2.LabelAxis([name], [table])
-    img = cifti2.Cifti2Image(lab[None, :], header=(lax, bm))
+    img = cifti2.Cifti2Image(np.concatenate(cols)[None, :], header=(lax, bm))
     return _atomic_save(img, Path(path))
+
+
+def cifti_vertices(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The cortical vertices a CIFTI file's brain models hold, per hemisphere."""
+    bm = nib.load(str(path)).header.get_axis(1)
+    found = {name: model for name, _, model in bm.iter_structures()}
+    return {h: np.asarray(found[_CIFTI_NAMES[h]].vertex, np.int64) for h in HEMISPHERES}
 
 
 def write_func_gifti(

@@ -16,8 +16,8 @@ A pipeline YAML looks like::
     ks: [50, 100]
     svd: {method: randomized, rank: 1000, n_power_iter: 2}   # fuse_passes: true (q+2 reads)
     min_region_size: 20
-    features: us                   # rows of U·Σ (cosine = correlation of the rank-r
-                                   # reconstructions); u: rows of U (the paper's protocol)
+    features: null                 # each method's own (see pipeline/methods.py), or
+                                   # us: rows of U·Σ, u: rows of U (the paper's), for all
     feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first
     contiguous: false              # true: connected parcels, fragments merged (see run.py)
     spatial_weight: 0              # directional, spherical_kmeans: Potts penalty per cut edge
@@ -133,13 +133,9 @@ class PipelineConfig:
     cluster: str | dict[str, Any] | None = None
     random_state: int = 0
     null_repeats: int = 5
-    #: the features clustered, unit-normalised: rows of U·Σ ("us") or of U ("u"). With
-    #: "us" the cosine of two vertices is the correlation of their rank-r reconstructions,
-    #: and components weigh by their singular values; "u" (the paper's protocol) weighs
-    #: every component the same, so the noise components of a large rank weigh as much as
-    #: the networks (directional clustering's NMI fell from 0.826 to 0.754 at rank 300 on
-    #: the realistic study, K = 100)
-    features: str = "us"
+    #: the features clustered, unit-normalised, for every method: rows of U·Σ ("us") or of
+    #: U ("u"); None: each method's own default (:data:`~lsd_dask.pipeline.methods.METHODS`)
+    features: str | None = None
     #: blur of the SVD features along the mesh before clustering (FWHM, mm; 0: none), for
     #: spatially coherent parcels
     feature_smoothing_mm: float = 0.0
@@ -169,16 +165,32 @@ class PipelineConfig:
         half = len(ordered) // 2
         return {"split1": ordered[:half], "split2": ordered[half:]}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, relative_to: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """The settings as plain data; with ``relative_to``, local paths are written
+        relative to that folder (a report moved with its outputs still points at them)."""
+
+        def path(v: Any) -> str | None:
+            if v is None:
+                return None
+            text = str(v)
+            if relative_to is None or "://" in text:
+                return text
+            return os.path.relpath(text, relative_to)
+
         d = asdict(self)
         d["subjects"] = [
             {
-                k: (list(v) if isinstance(v, tuple) else str(v) if v is not None else None)
+                k: (list(v) if isinstance(v, tuple) else path(v) if k != "subject" else v)
                 for k, v in asdict(s).items()
             }
             for s in self.subjects
         ]
-        d["output"] = str(self.output)
+        d["mesh"] = {h: path(v) for h, v in self.mesh.items()}
+        d["output"] = path(self.output)
+        if self.work is not None:
+            d["work"] = path(self.work)
+        if self.preprocess.confounds is not None:
+            d["preprocess"]["confounds"] = path(self.preprocess.confounds)
         d["splits"] = self.resolved_splits()
         # credentials stay out of the report
         d["storage_options"] = sorted(self.storage_options)
@@ -190,8 +202,11 @@ class PipelineConfig:
             raise ValueError(f"ks must be integers >= 2, got {self.ks}.")
         if self.nonfinite not in ("error", "mask"):
             raise ValueError("nonfinite must be 'error' or 'mask'.")
-        if self.features not in ("us", "u"):
-            raise ValueError(f"features must be 'us' (U·Σ) or 'u' (U), got {self.features!r}.")
+        if self.features not in (None, "us", "u"):
+            raise ValueError(
+                f"features must be 'us' (U·Σ), 'u' (U) or null (each method's own), got "
+                f"{self.features!r}."
+            )
         ids = [s.subject for s in self.subjects]
         if len(ids) < 2:
             raise ValueError(f"a split-half run needs at least 2 subjects, got {len(ids)}.")
@@ -272,7 +287,13 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         ),
         "spatial_weight": _nonnegative(raw.get("spatial_weight", 0.0), "spatial_weight"),
         "contiguous": _bool(raw.get("contiguous", False), "contiguous"),
+        "features": raw.get("features"),
     }
+    if spatial["features"] not in (None, "us", "u"):
+        raise ValueError(
+            f"features must be 'us' (U·Σ), 'u' (U) or null (each method's own), got "
+            f"{spatial['features']!r}."
+        )
     methods = parse_methods(raw.get("methods", ["directional"]), spatial)
     ks = raw.get("ks", [50, 100])
     ks = [ks] if isinstance(ks, int) and not isinstance(ks, bool) else ks
@@ -293,7 +314,6 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         svd=svd,
         min_region_size=_int(raw.get("min_region_size", 20), "min_region_size", 1),
         nonfinite=str(raw.get("nonfinite", "error")),
-        features=str(raw.get("features", "us")),
         cluster=_cluster(raw.get("cluster"), base),
         random_state=_int(raw.get("random_state", 0), "random_state", 0),
         null_repeats=_int(raw.get("null_repeats", 5), "null_repeats", 0),

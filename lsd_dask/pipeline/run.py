@@ -8,8 +8,8 @@ re-run only when its stamp records the same inputs and settings; see ``workdir``
 2. ``ingest``: per split, demean and variance-normalise every kept vertex of every subject
    and write the split's Zarr store (vertices × subjects·time, one subject per chunk).
 3. ``svd``: per split, the leading left singular vectors (randomized or streaming SVD).
-4. ``cluster``: rows of U·Σ (or of U, ``features: u``), unit-normalised, clustered for
-   every method and K.
+4. ``cluster``: rows of U·Σ or of U (each method's default, or ``features:``),
+   unit-normalised, clustered for every method and K.
 5. ``scores``: clusters split into connected regions, regions under ``min_region_size``
    dropped, then Dice (greedy matching), NMI and ARI between the splits, beside a null of
    random parcellations with the same K grown on the same mesh.
@@ -38,9 +38,11 @@ from distributed import KilledWorker
 from .. import __version__, metrics
 from ..distributed import active_client
 from ..io.atomic import atomic_write_text
+from ..io.bids import bids_label, bids_name, dataset_description, lookup_table, surface_space
 from ..io.storage import Folder, is_local
 from ..io.surface_files import (
     HEMISPHERES,
+    cifti_vertices,
     load_mesh,
     load_subject,
     subject_t_r,
@@ -70,11 +72,14 @@ __all__ = ["run_pipeline", "preflight"]
 Log = Callable[[str], None]
 
 
-def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
+def run_pipeline(
+    cfg: PipelineConfig, *, log: Log = print, command: str | None = None
+) -> dict[str, Any]:
     """Run every stage (skipping completed ones) and write the outputs; return the report.
 
     The Dask scheduler is whatever is active: call inside ``with connect(...)`` to use a
-    cluster (the CLI does).
+    cluster (the CLI does). ``command`` (the command line, when there is one) goes into
+    ``report.json`` and ``dataset_description.json``.
     """
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -120,12 +125,12 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     timings["svd"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    # by split, then by feature smoothing: each split's features are loaded (and blurred)
-    # once per smoothing width
+    # by split, then by features and their smoothing: each split's features are loaded (and
+    # blurred) once per kind and smoothing width
     jobs = [
         (split, spec, k)
         for split in splits
-        for spec in sorted(cfg.methods, key=lambda m: m.feature_smoothing_mm)
+        for spec in sorted(cfg.methods, key=lambda m: (m.features, m.feature_smoothing_mm))
         for k in cfg.ks
     ]
     features: dict[Any, Any] = {}  # loaded on first need: a resumed run may need none
@@ -141,13 +146,15 @@ def run_pipeline(cfg: PipelineConfig, *, log: Log = print) -> dict[str, Any]:
     timings["scores"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    files = _write_outputs(cfg, list(splits), meshes, sizes, scores, wd, out)
+    files = _write_outputs(cfg, list(splits), meshes, sizes, scores, wd, out, A, command)
     timings["outputs"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     report = {
         "run_id": f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
-        "config": cfg.to_dict(),
-        "work": cfg.work_url,
+        "command_line": command,
+        # paths relative to the output folder: the report travels with the outputs
+        "config": cfg.to_dict(relative_to=out),
+        "work": cfg.work_url if "://" in cfg.work_url else os.path.relpath(cfg.work_url, out),
         "versions": _versions(),
         "mask": mask_info,
         "svd": svd_info,
@@ -555,7 +562,7 @@ def _stage_cluster(
         "method": spec.method,
         "k": k,
         "params": params,
-        "features": cfg.features,
+        "features": spec.features,
         "feature_smoothing": {"fwhm_mm": spec.feature_smoothing_mm, "steps": steps},
         "contiguous": {"on": spec.contiguous, "min_size": cfg.min_region_size},
         "lsd_dask": __version__,
@@ -564,15 +571,16 @@ def _stage_cluster(
     if wd.is_current(stage, key, [path]):
         log(f"[cluster] {split} {name} K={k} done earlier, skipped")
         return
-    if (split, steps) not in features:
+    which = (split, spec.features, steps)
+    if which not in features:
         features.clear()  # one set of features in memory at a time (jobs come in order)
-        features[(split, steps)] = _features(wd, split, (steps, A) if steps else None, cfg.features)
+        features[which] = _features(wd, split, (steps, A) if steps else None, spec.features)
         if steps:
             log(
                 f"[cluster] {split} features blurred along the mesh: FWHM "
                 f"{spec.feature_smoothing_mm:g} mm ({steps} averaging steps)"
             )
-    F = features[(split, steps)]
+    F = features[which]
     t0 = time.perf_counter()
     est.fit(F)
     lab = np.asarray(est.labels_.compute() if hasattr(est.labels_, "compute") else est.labels_)
@@ -651,30 +659,66 @@ def _write_outputs(
     scores: list[dict[str, Any]],
     wd: WorkDir,
     out: Path,
+    A: Any,
+    command: str | None = None,
 ) -> list[Path]:
-    from ..plotting import plot_dice_vs_k, plot_parcellations
+    """The derivatives folder: BIDS-named ``_dseg`` files per split, method and K (see
+    :mod:`lsd_dask.io.bids`), their look-up tables and sidecars, and the figures."""
+    from ..plotting import match_labels, parcel_colours, plot_dice_vs_k, plot_parcellations
 
-    files: list[Path] = []
-    cifti = all(s.cifti is not None for s in cfg.subjects)
+    files = [
+        dataset_description(out / "dataset_description.json", version=__version__, command=command)
+    ]
+    cifti = next((s.cifti for s in cfg.subjects if s.cifti is not None), None)
+    if not all(s.cifti is not None for s in cfg.subjects):
+        cifti = None
+    vertices = cifti_vertices(cifti) if cifti is not None else None
+    space = surface_space(sizes)
+    rows = {(r["method"], r["k"]): r for r in scores}
     label_dir = out / "labels"
-    for split in splits:
-        for method in (m.name for m in cfg.methods):
-            for k in cfg.ks:
-                lab = wd.load_npy(wd.labels(split, method, k))
-                stem = f"{split}_{method}_K{k}"
-                if cifti:
-                    files.append(write_dlabel(label_dir / f"{stem}.dlabel.nii", lab, sizes))
-                else:
+    for spec in cfg.methods:
+        for k in cfg.ks:
+            labs = {split: wd.load_npy(wd.labels(split, spec.name, k)) for split in splits}
+            # later splits take the ids of the first split's parcels they overlap most, so
+            # parcel 7 names the same region in every split (and gets the same colour)
+            for split in splits[1:]:
+                labs[split] = match_labels(labs[splits[0]], labs[split])
+            n = max(int(v.max(initial=0)) for v in labs.values())
+            colours = parcel_colours(list(labs.values()), A, n)
+            for split, lab in labs.items():
+                ent = {**space, "seg": bids_label(spec.name), "desc": f"K{k}{bids_label(split)}"}
+                title = f"{spec.name} K={k} {split}"
+                for hemi, part in (("left", lab[: sizes[0]]), ("right", lab[sizes[0] :])):
+                    name = bids_name({"hemi": hemi[0].upper(), **ent}, "dseg", ".label.gii")
                     files.append(
                         write_label_gifti(
-                            label_dir / f"{stem}.L.label.gii", lab[: sizes[0]], hemisphere="left"
+                            label_dir / name, part, hemisphere=hemi, colours=colours, name=title
                         )
                     )
+                if vertices is not None:
                     files.append(
-                        write_label_gifti(
-                            label_dir / f"{stem}.R.label.gii", lab[sizes[0] :], hemisphere="right"
+                        write_dlabel(
+                            label_dir / bids_name(ent, "dseg", ".dlabel.nii"),
+                            lab,
+                            sizes,
+                            name=title,
+                            colours=colours,
+                            vertices=vertices,
                         )
                     )
+                present = np.unique(lab)
+                files.append(
+                    atomic_write_text(
+                        label_dir / bids_name(ent, "dseg", ".tsv"),
+                        lookup_table(colours, ids=present),
+                    )
+                )
+                sidecar = _sidecar(cfg, spec, k, split, splits, lab, rows.get((spec.name, k)))
+                files.append(
+                    atomic_write_text(
+                        label_dir / bids_name(ent, "dseg", ".json"), json.dumps(sidecar, indent=2)
+                    )
+                )
     files.append(plot_dice_vs_k(scores, out / "dice_vs_k.png"))
     # every method and split at the middle K, in colours matched to the first row
     k = sorted(cfg.ks)[len(cfg.ks) // 2]
@@ -687,6 +731,50 @@ def _write_outputs(
         plot_parcellations(meshes, panels, out / f"parcellations_K{k}.png", title=f"K = {k}")
     )
     return files
+
+
+def _sidecar(
+    cfg: PipelineConfig,
+    spec: MethodSpec,
+    k: int,
+    split: str,
+    splits: list[str],
+    labels: np.ndarray,
+    score: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """What a ``_dseg.json`` says of one parcellation: how it was made and how it scored."""
+    parcels = np.unique(labels[labels > 0])
+    out: dict[str, Any] = {
+        "Description": (
+            f"Split-half parcellation of the cortex: {spec.method} clustering of split {split} "
+            f"into K = {k} clusters; 0 is background (masked vertices)."
+        ),
+        "Method": spec.method,
+        "MethodName": spec.name,
+        "NumberOfClusters": k,
+        "NumberOfParcels": int(parcels.size),
+        "Split": split,
+        "Subjects": cfg.resolved_splits()[split],
+        "Features": "unit rows of U·Σ" if spec.features == "us" else "unit rows of U",
+        "SVD": asdict(cfg.svd),
+        "FeatureSmoothingFWHM": spec.feature_smoothing_mm,
+        "SpatialWeight": spec.spatial_weight,
+        "Contiguous": spec.contiguous,
+        "Preprocessing": cfg.preprocess.to_dict(),
+        "RandomState": cfg.random_state,
+    }
+    if split != splits[0]:
+        out["LabelsMatchedTo"] = (
+            f"split {splits[0]}: each parcel takes the id of the {splits[0]} parcel it "
+            "overlaps most (Hungarian method); unmatched parcels take ids above those."
+        )
+    if score is not None:
+        out["SplitHalfScores"] = {
+            key: score[key]
+            for key in ("dice", "nmi", "ari", "null_dice_mean", "null_dice_sd", "n_regions")
+            if key in score
+        }
+    return out
 
 
 # --------------------------------------------------------------------------- helpers

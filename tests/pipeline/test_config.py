@@ -129,3 +129,20 @@ def test_cli_prints_one_line(folder):
     assert "did you mean 'ks'" in lines[0]
     debug = CliRunner().invoke(cli.main, ["--debug", "run", str(path)])
     assert isinstance(debug.exception, ValueError)
+
+
+def test_each_method_clusters_its_own_features_unless_told(folder):
+    def features(**change):
+        cfg = load_config(_write(folder, **change))
+        return {m.name: m.features for m in cfg.methods}
+
+    both = ["lsd", "directional", "hierarchical_lsd", "spherical_kmeans"]
+    assert features(methods=both) == {
+        "lsd": "u",
+        "directional": "us",
+        "hierarchical_lsd": "u",
+        "spherical_kmeans": "us",
+    }
+    assert set(features(methods=both, features="us").values()) == {"us"}
+    variant = {"name": "lsd_us", "method": "lsd", "features": "us"}
+    assert features(methods=["lsd", variant], features=None) == {"lsd": "u", "lsd_us": "us"}

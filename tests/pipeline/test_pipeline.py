@@ -67,13 +67,16 @@ def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     assert saved["versions"]["nibabel"] == nib.__version__
     assert (out / "dice_vs_k.png").stat().st_size > 1000
     assert [p.name for p in out.glob("parcellations_*.png")] == ["parcellations_K10.png"]
+    stem = "seg-directional_den-*_desc-K10split1_dseg"
     if fmt == "cifti":
-        img = nib.load(str(out / "labels" / "split1_directional_K10.dlabel.nii"))
-        lab = np.asarray(img.dataobj)[0]
+        [path] = (out / "labels").glob(f"space-custom_{stem}.dlabel.nii")
+        lab = np.asarray(nib.load(str(path)).dataobj)[0]
     else:
-        left = nib.load(str(out / "labels" / "split1_directional_K10.L.label.gii"))
-        right = nib.load(str(out / "labels" / "split1_directional_K10.R.label.gii"))
-        lab = np.concatenate([left.darrays[0].data, right.darrays[0].data])
+        [left] = (out / "labels").glob(f"hemi-L_space-custom_{stem}.label.gii")
+        [right] = (out / "labels").glob(f"hemi-R_space-custom_{stem}.label.gii")
+        lab = np.concatenate(
+            [nib.load(str(p)).darrays[0].data for p in (left, right)]  # type: ignore[attr-defined]
+        )
     assert lab.shape == study.labels.shape
     assert np.all(lab[study.labels == 0] == 0) and set(np.unique(lab[study.labels > 0])) <= set(
         range(1, 11)
@@ -347,7 +350,7 @@ def test_method_variants_run_side_by_side(tmp_path, study):
     assert metrics.ari(ref.labels_, got) > 0.99
     plain = np.load(work / "labels" / "split1_directional_K10.npy")[kept] - 1
     assert metrics.ari(plain, got) < 0.99  # the variant's settings took effect
-    assert (cfg.output / "labels" / "split1_dir_spatial_K10.L.label.gii").exists()
+    assert len(list((cfg.output / "labels").glob("hemi-L_*_seg-dirspatial_*K10split1*.gii"))) == 1
 
 
 def test_features_u_clusters_the_rows_of_u(tmp_path, study):

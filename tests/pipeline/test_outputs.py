@@ -1,0 +1,176 @@
+"""The derivatives folder a run writes: BIDS names, look-up tables nilearn reads as they
+are, sidecars, the input's own CIFTI brain models, matched split labels, a portable report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+import nibabel as nib
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from lsd_dask import cli, metrics
+from lsd_dask.io.bids import bids_name, parse_bids_name, surface_space
+from lsd_dask.io.surface_files import write_dtseries, write_surface_gifti
+from lsd_dask.surface import two_hemisphere_mesh
+from lsd_dask.testing import surface_study
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """An HCP-layout CIFTI study (medial wall left out of the brain models), run by the
+    CLI as a user would."""
+    meshes = two_hemisphere_mesh(6, 7, radius=50.0)
+    study = surface_study(
+        meshes,
+        n_parcels=10,
+        n_subjects=(2, 2),
+        n_timepoints=60,
+        medial_wall_fraction=0.1,
+        noise_std=0.7,
+        random_state=0,
+    )
+    folder = tmp_path_factory.mktemp("hcp")
+    sizes = [meshes["left"].n_vertices, meshes["right"].n_vertices]
+    cortex = study.labels > 0
+    for h in ("left", "right"):
+        write_surface_gifti(folder / f"{h[0]}h.surf.gii", meshes[h], hemisphere=h)
+    subjects = []
+    for sid in study.subjects:
+        write_dtseries(
+            folder / f"{sid}.dtseries.nii", study.subject_data(sid), sizes, cortex=cortex
+        )
+        subjects.append({"id": sid, "cifti": f"{sid}.dtseries.nii"})
+    cfg = {
+        "subjects": subjects,
+        "splits": study.splits,
+        "mesh": {"left": "lh.surf.gii", "right": "rh.surf.gii"},
+        "methods": ["directional", "spherical_kmeans"],
+        "ks": [5, 10],
+        "svd": {"rank": 20},
+        "min_region_size": 3,
+        "null_repeats": 2,
+        "output": "results",
+    }
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(cfg))
+    res = CliRunner().invoke(cli.main, ["run", str(folder / "pipeline.yaml")])
+    assert res.exit_code == 0, res.output
+    return folder / "results", study, sizes, cortex
+
+
+def test_every_label_file_has_a_bids_name(run):
+    out, _, sizes, _ = run
+    names = sorted(p.name for p in (out / "labels").iterdir())
+    # 2 methods x 2 K x 2 splits, each: 2 .label.gii, .dlabel.nii, .tsv, .json
+    assert len(names) == 8 * 5
+    space = surface_space(sizes)
+    for name in names:
+        ent, suffix, ext = parse_bids_name(name)
+        assert suffix == "dseg" and "split" not in ent
+        assert ent["space"] == space["space"] and ent["den"] == space["den"]
+        assert ent["seg"] in {"directional", "sphericalkmeans"}
+        assert ext in {".label.gii", ".dlabel.nii", ".tsv", ".json"}
+        assert ("hemi" in ent) == (ext == ".label.gii")
+    desc = json.loads((out / "dataset_description.json").read_text())
+    assert desc["DatasetType"] == "derivative"
+    assert desc["GeneratedBy"][0]["Name"] == "lsd-dask"
+    assert "lsd-dask run" in desc["GeneratedBy"][0]["Description"]
+
+
+def test_bids_names_reject_what_bids_forbids():
+    with pytest.raises(ValueError, match="out of BIDS order"):
+        parse_bids_name("desc-x_space-fsLR_dseg.tsv")
+    with pytest.raises(ValueError, match="not a BIDS entity"):
+        parse_bids_name("method-x_dseg.tsv")
+    with pytest.raises(ValueError, match="letters and digits"):
+        bids_name({"seg": "spherical_kmeans"}, "dseg", ".tsv")
+    assert parse_bids_name("hemi-L_space-fsLR_seg-a_den-32k_desc-K5s1_dseg.label.gii") == (
+        {"hemi": "L", "space": "fsLR", "seg": "a", "den": "32k", "desc": "K5s1"},
+        "dseg",
+        ".label.gii",
+    )
+    assert surface_space([32492, 32492]) == {"space": "fsLR", "den": "32k"}
+    assert surface_space([10242, 10242]) == {"space": "fsaverage", "den": "10k"}
+
+
+def test_dlabel_uses_the_inputs_brain_models(run):
+    out, study, sizes, cortex = run
+    [path] = (out / "labels").glob("space-*_seg-directional_*_desc-K10split1_dseg.dlabel.nii")
+    img = nib.load(str(path))
+    src = nib.load(str(out.parent / f"{study.subjects[0]}.dtseries.nii"))
+    got, want = img.header.get_axis(1), src.header.get_axis(1)
+    assert len(got) == int(cortex.sum()) == len(want)
+    np.testing.assert_array_equal(got.vertex, want.vertex)
+    assert list(got.name) == list(want.name)
+    # a label file per hemisphere too, over every mesh vertex
+    [left] = (out / "labels").glob("hemi-L_*_seg-directional_*_desc-K10split1_dseg.label.gii")
+    lab = nib.load(str(left)).darrays[0].data
+    assert lab.shape == (sizes[0],) and np.all(lab[~cortex[: sizes[0]]] == 0)
+
+
+def test_nilearn_plots_each_dseg_with_its_own_table(run):
+    from nilearn import plotting
+
+    out, study, sizes, _ = run
+    mesh = study.meshes["left"]
+    for gii in sorted((out / "labels").glob("hemi-L_*.label.gii"))[:3]:
+        tsv = Path(str(gii).replace("hemi-L_", "").replace(".label.gii", ".tsv"))
+        lut = pd.read_csv(tsv, sep="\t")
+        assert list(lut.columns) == ["index", "name", "color"]
+        assert lut.loc[0, "name"] == "Background"
+        img = nib.load(str(gii))
+        right = nib.load(str(gii).replace("hemi-L_", "hemi-R_")).darrays[0].data
+        both = np.concatenate([img.darrays[0].data, right])
+        assert set(np.unique(both)) == set(lut["index"])  # one table for both hemispheres
+        # the label file's table agrees with the TSV
+        table = {lb.key: lb.rgba for lb in img.labeltable.labels}
+        for _, row in lut.iloc[1:].iterrows():
+            if row["index"] not in table:
+                continue  # a parcel of the right hemisphere only
+            rgb = tuple(int(round(255 * c)) for c in table[row["index"]][:3])
+            assert "#" + "".join(f"{c:02x}" for c in rgb) == row["color"]
+        fig = plotting.plot_surf_roi(
+            (mesh.vertices, mesh.faces), roi_map=str(gii), hemi="left", cmap=str(tsv)
+        )
+        assert fig is not None
+        matplotlib.pyplot.close("all")
+
+
+def test_split2_ids_match_split1(run):
+    out, _, sizes, _ = run
+    labs = {}
+    for split in ("split1", "split2"):
+        parts = [
+            nib.load(str(p)).darrays[0].data
+            for p in sorted(
+                (out / "labels").glob(f"hemi-*_seg-directional_*_desc-K10{split}_dseg.label.gii")
+            )
+        ]
+        labs[split] = np.concatenate(parts)
+    a, b = labs["split1"], labs["split2"]
+    fg = (a > 0) & (b > 0)
+    # the planted parcels reproduce, and matched ids name the same region
+    assert metrics.ari(a[fg], b[fg]) > 0.8
+    assert np.mean(a[fg] == b[fg]) > 0.8
+
+
+def test_sidecar_and_report_explain_themselves(run):
+    out, _, _, _ = run
+    [side] = (out / "labels").glob("space-*_seg-sphericalkmeans_*_desc-K5split2_dseg.json")
+    meta = json.loads(side.read_text())
+    assert meta["Method"] == "spherical_kmeans" and meta["NumberOfClusters"] == 5
+    assert meta["Split"] == "split2" and "LabelsMatchedTo" in meta
+    assert 0 <= meta["SplitHalfScores"]["dice"] <= 1
+    report = json.loads((out / "report.json").read_text())
+    assert report["command_line"].startswith("lsd-dask run ")
+    subjects = report["config"]["subjects"]
+    assert all(not Path(s["cifti"]).is_absolute() for s in subjects)
+    assert (out / subjects[0]["cifti"]).resolve().exists()
+    assert report["config"]["output"] == "."
