@@ -4,6 +4,7 @@ are, sidecars, the input's own CIFTI brain models, matched split labels, a porta
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -174,3 +175,31 @@ def test_sidecar_and_report_explain_themselves(run):
     assert all(not Path(s["cifti"]).is_absolute() for s in subjects)
     assert (out / subjects[0]["cifti"]).resolve().exists()
     assert report["config"]["output"] == "."
+
+
+def test_workbench_reads_every_label_file(run):
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("wb_command") is None:
+        if os.environ.get("LSD_DASK_REQUIRE_WB"):
+            pytest.fail("wb_command was installed for CI but is not on PATH.")
+        pytest.skip("Connectome Workbench (wb_command) is not installed.")
+    out, _, _, _ = run
+    files = sorted((out / "labels").glob("*.label.gii")) + sorted(
+        (out / "labels").glob("*.dlabel.nii")
+    )
+    assert len(files) == 8 * 3
+    for path in files:
+        res = subprocess.run(
+            ["wb_command", "-file-information", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr
+        assert re.search(r"Maps with LabelTable:\s+true", res.stdout), res.stdout
+        ent, _, _ = parse_bids_name(path.name)
+        # the map is named after the method, K and split
+        assert f"K={ent['desc'][1:].split('split')[0]}" in res.stdout, res.stdout
