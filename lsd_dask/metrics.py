@@ -36,6 +36,7 @@ __all__ = [
     "dice_matched",
     "dice_matrix",
     "nmi",
+    "ami",
     "ari",
     "purity",
     "accuracy",
@@ -163,6 +164,21 @@ def nmi(labels_a: Any, labels_b: Any, *, background: int | None = None) -> float
     nz = P > 0
     mi = float(np.sum(P[nz] * np.log(P[nz] / (pa @ pb)[nz])))
     return float(np.clip(mi / np.sqrt(h_a * h_b), 0.0, 1.0))
+
+
+def ami(labels_a: Any, labels_b: Any, *, background: int | None = None) -> float:
+    """Adjusted mutual information (Vinh et al.), geometric normalisation as :func:`nmi`.
+
+    NMI of two random labellings with many clusters is far above 0 (at K = 400 on 60,000
+    vertices about 0.5); AMI subtracts the mutual information expected by chance, so
+    unrelated labellings score about 0. It costs seconds at K in the hundreds.
+    """
+    from sklearn.metrics import adjusted_mutual_info_score
+
+    a, b = _drop_background(*_pair(labels_a, labels_b), background)
+    if a.size == 0:
+        raise ValueError("no samples left to score after removing the background.")
+    return float(adjusted_mutual_info_score(a, b, average_method="geometric"))
 
 
 def ari(labels_a: Any, labels_b: Any, *, background: int | None = None) -> float:

@@ -167,3 +167,15 @@ def test_dice_tie_case_found_by_hypothesis():
     for perm in ([2, 0, 1], [1, 2, 0], [0, 2, 1]):
         assert M.dice_matched(np.array(perm)[a], b).mean == pytest.approx(ref)
         assert M.dice_matched(a, np.array(perm)[b]).mean == pytest.approx(ref)
+
+
+def test_ami_is_zero_by_chance_where_nmi_is_not():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 200, 5000), rng.integers(0, 200, 5000)
+    assert abs(M.ami(a, b)) < 0.01 and M.nmi(a, b) > 0.3
+    assert M.ami(a, a) == pytest.approx(1.0)
+    # background: scored on the vertices labelled (non-zero) in both
+    a0, b0 = a.copy(), b.copy()
+    a0[:100] = 0
+    keep = (a0 != 0) & (b0 != 0)
+    assert M.ami(a0, b0, background=0) == pytest.approx(M.ami(a0[keep], b0[keep]))

@@ -10,6 +10,8 @@ A pipeline YAML looks like::
     # globs: {left: "data/*.L.func.gii", right: "data/*.R.func.gii"}  # id = common stem
     splits: null                   # null: sorted subjects halved; or {split1: [...], split2: [...]}
     mesh: {left: lh.surf.gii, right: rh.surf.gii}
+    sphere: null                   # {left: lh.sphere.surf.gii, right: ...} for the spin null;
+                                   # null: fsaverage5 and 32k_fs_LR spheres are found
     methods: [directional]         # names, or variants with their own spatial settings:
                                    # {name: dir_spatial, method: directional,
                                    #  feature_smoothing_mm: 20, spatial_weight: 2}
@@ -149,6 +151,9 @@ class PipelineConfig:
     #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
     work: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
+    #: spherical registrations of the meshes (GIFTI, vertex for vertex) for the spin null;
+    #: None: found for fsaverage5 and 32k_fs_LR (see :func:`lsd_dask.spin.find_spheres`)
+    sphere: dict[str, str] | None = None
     #: per-subject smoothing, detrending, band-pass and confound regression at ingest
     preprocess: PreprocessSettings = field(default_factory=PreprocessSettings)
 
@@ -186,6 +191,8 @@ class PipelineConfig:
             for s in self.subjects
         ]
         d["mesh"] = {h: path(v) for h, v in self.mesh.items()}
+        if self.sphere is not None:
+            d["sphere"] = {h: path(v) for h, v in self.sphere.items()}
         d["output"] = path(self.output)
         if self.work is not None:
             d["work"] = path(self.work)
@@ -307,6 +314,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     cfg = PipelineConfig(
         subjects=_subjects(raw, base),
         mesh={h: str(_resolve(v, base)) for h, v in _mapping(raw.get("mesh"), "mesh").items()},
+        sphere=_sphere(raw.get("sphere"), base),
         output=_resolve(raw.get("output", "lsd_dask_output"), base),
         splits={str(k): [str(i) for i in v] for k, v in splits.items()} if splits else None,
         methods=methods,
@@ -329,6 +337,15 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
 
 
 _TOP_KEYS = {f.name for f in fields(PipelineConfig)} | {"globs"}
+
+
+def _sphere(v: Any, base: Path) -> dict[str, str] | None:
+    if v is None:
+        return None
+    sphere = _mapping(v, "sphere")
+    if set(sphere) != {"left", "right"}:
+        raise ValueError(f"sphere: a 'left' and a 'right' GIFTI sphere, got keys {sorted(sphere)}.")
+    return {h: str(_resolve(p, base)) for h, p in sphere.items()}
 
 
 def _bool(v: Any, key: str) -> bool:

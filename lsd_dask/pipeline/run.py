@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 from distributed import KilledWorker
 
-from .. import __version__, metrics
+from .. import __version__
 from ..distributed import active_client
 from ..io.atomic import atomic_write_text
 from ..io.bids import bids_label, bids_name, dataset_description, lookup_table, surface_space
@@ -53,18 +53,18 @@ from ..io.zarr_store import open_split, verify_split, write_split
 from ..linalg import randomized_svd, streaming_svd
 from ..linalg.randomized import svd_task_bytes
 from ..similarity import unit_rows
+from ..spin import find_spheres, spin_indices
 from ..surface import (
     Mesh,
     contiguous_parcels,
-    grow_sized_regions,
     mesh_adjacency,
     smooth_on_mesh,
     smoothing_steps,
-    split_connected,
 )
 from .config import PipelineConfig
 from .methods import MethodSpec, build_estimator
 from .preprocess import clean_subject, read_confounds
+from .scores import explain_scores, score_pair
 from .workdir import WorkDir, file_identity
 
 __all__ = ["run_pipeline", "preflight"]
@@ -142,7 +142,13 @@ def run_pipeline(
 
     t0 = time.perf_counter()
     A = mesh_adjacency([m.faces for m in meshes.values()], sizes)
-    scores = _stage_scores(cfg, list(splits), kept, A, wd, log)
+    sphere = find_spheres(meshes, cfg.sphere)
+    spins = None
+    if sphere["spheres"] is not None and cfg.null_repeats > 0:
+        spins = spin_indices(
+            sphere["spheres"], cfg.null_repeats, random_state=[cfg.random_state, 1]
+        )
+    scores = _stage_scores(cfg, list(splits), kept, A, wd, log, spins)
     timings["scores"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -160,6 +166,12 @@ def run_pipeline(
         "svd": svd_info,
         "fingerprints": wd.fingerprints(),
         "scores": scores,
+        "scores_explained": explain_scores(
+            min_region_size=cfg.min_region_size,
+            null_repeats=cfg.null_repeats,
+            spin_source=sphere["source"] if spins else None,
+            n_spins=len(spins or []),
+        ),
         "timings_s": timings,
         "outputs": [str(p.relative_to(out)) for p in files],
     }
@@ -597,58 +609,38 @@ def _stage_cluster(
 
 
 def _stage_scores(
-    cfg: PipelineConfig, splits: list[str], kept: np.ndarray, A: Any, wd: WorkDir, log: Log
+    cfg: PipelineConfig,
+    splits: list[str],
+    kept: np.ndarray,
+    A: Any,
+    wd: WorkDir,
+    log: Log,
+    spins: list[np.ndarray] | None,
 ) -> list[dict[str, Any]]:
     rows = []
     for method in (m.name for m in cfg.methods):
         for k in cfg.ks:
             a, b = (wd.load_npy(wd.labels(s, method, k)) for s in splits)
-            pa = split_connected(a, A, min_size=cfg.min_region_size)
-            pb = split_connected(b, A, min_size=cfg.min_region_size)
-            dice = metrics.dice_matched(pa, pb, background=0)
-            null = _null_scores(pa, pb, kept, A, cfg, k)
-            row = {
-                "method": method,
-                "k": k,
-                "dice": dice.mean,
-                "nmi": metrics.nmi(pa, pb, background=0),
-                "ari": metrics.ari(pa, pb, background=0),
-                "n_regions": list(dice.n_regions),
-                # parcels in the written labels (K, or more with `contiguous`)
-                "n_parcels": [int(len(np.unique(v[v > 0]))) for v in (a, b)],
-                **null,
-            }
+            row = {"method": method, "k": k}
+            row |= score_pair(
+                a,
+                b,
+                kept=kept,
+                adjacency=A,
+                min_region_size=cfg.min_region_size,
+                null_repeats=cfg.null_repeats,
+                seed=[cfg.random_state, k],
+                spins=spins,
+            )
             rows.append(row)
+            spin = f", spin null {row['spin_null_dice_mean']:.3f}" if spins else ""
             log(
                 f"[scores] {method} K={k}: Dice {row['dice']:.3f} (null "
-                f"{row['null_dice_mean']:.3f} ± {row['null_dice_sd']:.3f}), NMI {row['nmi']:.3f}"
-                f" (null {row['null_nmi_mean']:.3f}), ARI {row['ari']:.3f}"
+                f"{row['null_dice_mean']:.3f} ± {row['null_dice_sd']:.3f}{spin}), NMI "
+                f"{row['nmi']:.3f} (null {row['null_nmi_mean']:.3f}), AMI {row['ami']:.3f}, "
+                f"ARI {row['ari']:.3f}"
             )
     return rows
-
-
-def _null_scores(
-    pa: np.ndarray, pb: np.ndarray, kept: np.ndarray, A: Any, cfg: PipelineConfig, k: int
-) -> dict[str, float]:
-    """Split 1's parcellation against split 2's parcel sizes placed at random on the mesh.
-
-    The null keeps the number and sizes of split 2's regions (after contiguity splitting and
-    small-region removal) but not where they are, so it is as fragmented as the real result.
-    """
-    rng = np.random.default_rng([cfg.random_state, k])
-    sizes = np.bincount(pb)[1:]
-    sizes = sizes[sizes > 0]
-    dice, nmi = [], []
-    for _ in range(cfg.null_repeats):
-        q = grow_sized_regions(A, sizes, random_state=rng, mask=kept)
-        dice.append(metrics.dice_matched(pa, q, background=0).mean)
-        nmi.append(metrics.nmi(pa, q, background=0))
-    return {
-        "null_dice_mean": float(np.mean(dice)),
-        "null_dice_sd": float(np.std(dice)),
-        "null_nmi_mean": float(np.mean(nmi)),
-        "null_nmi_sd": float(np.std(nmi)),
-    }
 
 
 def _write_outputs(

@@ -203,3 +203,18 @@ def test_workbench_reads_every_label_file(run):
         ent, _, _ = parse_bids_name(path.name)
         # the map is named after the method, K and split
         assert f"K={ent['desc'][1:].split('split')[0]}" in res.stdout, res.stdout
+
+
+def test_scores_carry_ami_z_values_and_a_spin_null(run):
+    out, _, _, _ = run
+    report = json.loads((out / "report.json").read_text())
+    row = next(r for r in report["scores"] if r["method"] == "directional" and r["k"] == 10)
+    assert -0.1 <= row["ami"] <= row["nmi"] + 1e-9
+    # the icosphere meshes are their own spheres: the spin null runs
+    assert "spheres" in report["scores_explained"]["spin_null"]
+    for prefix in ("null", "spin_null"):
+        z = (row["dice"] - row[f"{prefix}_dice_mean"]) / row[f"{prefix}_dice_sd"]
+        assert row[f"{prefix}_dice_z"] == pytest.approx(z)
+    # planted parcels reproduce far above both nulls
+    assert row["null_dice_z"] > 3 and row["spin_null_dice_z"] > 3
+    assert set(report["scores_explained"]) >= {"regions", "dice", "ami", "null", "z"}
