@@ -64,6 +64,7 @@ from ..surface import (
 from .config import PipelineConfig
 from .methods import MethodSpec, build_estimator
 from .preprocess import clean_subject, read_confounds
+from .report_html import write_report_html
 from .scores import explain_scores, score_pair
 from .workdir import WorkDir, file_identity
 
@@ -176,6 +177,8 @@ def run_pipeline(
         "outputs": [str(p.relative_to(out)) for p in files],
     }
     atomic_write_text(out / "report.json", json.dumps(report, indent=2))
+    figures = [p for p in files if p.suffix == ".png"]
+    write_report_html(report, out / "report.html", figures)
     log(f"[done] outputs in {out} ({timings['total']:.1f} s); report: {out / 'report.json'}")
     return report
 

@@ -218,3 +218,28 @@ def test_scores_carry_ami_z_values_and_a_spin_null(run):
     # planted parcels reproduce far above both nulls
     assert row["null_dice_z"] > 3 and row["spin_null_dice_z"] > 3
     assert set(report["scores_explained"]) >= {"regions", "dice", "ami", "null", "z"}
+
+
+def test_report_html_holds_the_figures_and_the_table(run):
+    import base64
+    from html.parser import HTMLParser
+
+    out, _, _, _ = run
+    page = (out / "report.html").read_text()
+
+    class Collect(HTMLParser):
+        rows, imgs = 0, []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                Collect.rows += 1
+            if tag == "img":
+                Collect.imgs.append(dict(attrs)["src"])
+
+    Collect().feed(page)
+    # header + 2 methods x 2 K in the score table, plus the timings table's 2 rows
+    assert Collect.rows == 1 + 4 + 2
+    assert len(Collect.imgs) == 2  # dice_vs_k and the parcellations
+    for src in Collect.imgs:
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "spin" in page and "lsd-dask run" in page

@@ -1,0 +1,90 @@
+"""``report.html``: one self-contained page beside ``report.json`` with the figures, the
+score table, what each score means, the settings and the timings."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..io.atomic import atomic_write_text
+
+__all__ = ["write_report_html"]
+
+
+def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -> Path:
+    """Write the page; figures are embedded (the page opens anywhere on its own)."""
+    e = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>lsd-dask report {e(report.get('run_id', ''))}</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;"
+        "padding:3px 8px;text-align:right}th{background:#f3f3f3}td.l{text-align:left}"
+        "img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow:auto}</style>",
+        "</head><body>",
+        "<h1>Split-half parcellation report</h1>",
+        f"<p>Run {e(str(report.get('run_id')))}, lsd-dask "
+        f"{e(str(report.get('versions', {}).get('lsd_dask', '')))}. "
+        f"Command: <code>{e(str(report.get('command_line') or 'run from Python'))}</code></p>",
+        "<h2>Scores</h2>",
+        _score_table(report.get("scores", [])),
+        "<h3>What the scores are</h3><dl>",
+    ]
+    for key, text in report.get("scores_explained", {}).items():
+        parts.append(f"<dt><b>{e(key)}</b></dt><dd>{e(text)}</dd>")
+    parts.append("</dl><h2>Figures</h2>")
+    for fig in figures:
+        data = base64.b64encode(Path(fig).read_bytes()).decode("ascii")
+        parts.append(
+            f"<figure><img alt='{e(Path(fig).name)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{e(Path(fig).name)}</figcaption></figure>"
+        )
+    timings = report.get("timings_s", {})
+    parts += [
+        "<h2>Timings (seconds)</h2><table><tr>",
+        "".join(f"<th>{e(k)}</th>" for k in timings),
+        "</tr><tr>",
+        "".join(f"<td>{v:.1f}</td>" for v in timings.values()),
+        "</tr></table>",
+        "<h2>Settings</h2>",
+        f"<pre>{e(yaml.safe_dump(report.get('config', {}), sort_keys=False))}</pre>",
+        "</body></html>",
+    ]
+    return atomic_write_text(path, "\n".join(parts))
+
+
+def _score_table(rows: list[dict[str, Any]]) -> str:
+    cols = [
+        ("method", "method"),
+        ("k", "K"),
+        ("dice", "Dice"),
+        ("null_dice_mean", "null Dice"),
+        ("null_dice_z", "z"),
+        ("spin_null_dice_mean", "spin-null Dice"),
+        ("spin_null_dice_z", "z (spin)"),
+        ("nmi", "NMI"),
+        ("null_nmi_mean", "null NMI"),
+        ("ami", "AMI"),
+        ("ari", "ARI"),
+        ("n_regions", "regions"),
+    ]
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in cols)
+    body = []
+    for r in rows:
+        cells = []
+        for key, _ in cols:
+            v = r.get(key)
+            if isinstance(v, float):
+                text = f"{v:.3f}" if not key.endswith("_z") else f"{v:.1f}"
+            elif isinstance(v, list):
+                text = "/".join(str(x) for x in v)
+            else:
+                text = "" if v is None else str(v)
+            cls = " class='l'" if key == "method" else ""
+            cells.append(f"<td{cls}>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
