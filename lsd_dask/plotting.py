@@ -264,9 +264,8 @@ def _palette() -> np.ndarray:
 
 
 def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    # no matplotlib.use(): without a display matplotlib picks Agg itself, and switching the
+    # backend here would turn off a notebook's inline figures for the rest of its session
     import matplotlib.pyplot as plt
 
     return plt
