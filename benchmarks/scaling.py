@@ -1,11 +1,11 @@
 """Directional clustering and hierarchical LSD across 1 and 2 Dask workers.
 
-Data: 64,984 × 1,000 unit-norm features (the mission's vertices × SVD rank) with 500
+Data: 64,984 × 1,000 unit-norm features (a full study's vertices × SVD rank) with 500
 planted clusters plus noise, as a dask array persisted on the workers. For K in
-(50, 200, 500) and 1 or 2 single-threaded workers (this machine has 2 cores; BLAS is pinned
-to one thread per worker), reports end-to-end seconds, seconds per iteration (directional)
-and the speed-up from 1 to 2 workers. A Dask performance report (HTML) of the largest run
-is saved next to the table.
+(50, 200, 500) and 1 or 2 single-threaded workers (the development machine has 2 cores;
+BLAS is pinned to one thread per worker), reports end-to-end seconds, seconds per
+iteration (directional) and the speed-up from 1 to 2 workers. A Dask performance report
+(HTML) of the largest run is saved next to the table.
 
 Run: ``python benchmarks/scaling.py [--ks 50 200 500] [--out /tmp/lsd_scaling]``.
 """

@@ -10,7 +10,7 @@ rate measured at the start of the same run: ``(2 q + 2) × 2 n m l`` for the ran
 methods (q = 2 power iterations), however many reads of X they make.
 
 Run: ``python benchmarks/svd.py --sizes small medium full --out /tmp/svd_bench``.
-Prints a Markdown table; ``full`` is the mission's 64,984 × 33,000 at rank 1,000 (8.6 GB).
+Prints a Markdown table; ``full`` is a full study's 64,984 × 33,000 at rank 1,000 (8.6 GB).
 """
 
 from __future__ import annotations

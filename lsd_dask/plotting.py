@@ -69,10 +69,15 @@ def plot_dice_vs_k(
 
 
 def plot_parcellation(
-    meshes: dict[str, Mesh], labels: np.ndarray, path: str | os.PathLike[str], *, title: str = ""
+    meshes: dict[str, Mesh],
+    labels: np.ndarray,
+    path: str | os.PathLike[str],
+    *,
+    title: str = "",
+    display: dict[str, Mesh] | None = None,
 ) -> Path:
     """One parcellation (0 = background), lateral and medial views of both hemispheres."""
-    return plot_parcellations(meshes, {title: labels}, path)
+    return plot_parcellations(meshes, {title: labels}, path, display=display)
 
 
 def plot_parcellations(
@@ -81,6 +86,7 @@ def plot_parcellations(
     path: str | os.PathLike[str],
     *,
     title: str = "",
+    display: dict[str, Mesh] | None = None,
 ) -> Path:
     """Several parcellations of the same vertices, one row each, in matched colours.
 
@@ -93,12 +99,15 @@ def plot_parcellations(
         is relabelled to match the first row by the Hungarian method.
     path : where the PNG goes
     title : figure title
+    display : {"left": Mesh, "right": Mesh}, optional
+        Inflated (or very inflated) meshes to draw on, vertex for vertex with ``meshes``;
+        shaded by the convexity of ``meshes``. Default: see :func:`display_surfaces`.
     """
     plt = _pyplot()
     from matplotlib.colors import ListedColormap
     from nilearn import plotting
 
-    surfaces, shading = display_surfaces(meshes)
+    surfaces, shading = display_surfaces(meshes, display)
     sizes = [meshes[h].n_vertices for h in ("left", "right")]
     A = mesh_adjacency([meshes[h].faces for h in ("left", "right")], sizes)
     rows = list(panels.items())
@@ -142,10 +151,21 @@ def plot_parcellations(
     return out
 
 
-def display_surfaces(meshes: dict[str, Mesh]) -> tuple[dict[str, Mesh], dict[str, np.ndarray]]:
-    """Meshes to draw on and their shading: nilearn's inflated fsaverage5 and sulcal depth
-    for fsaverage5 meshes (FreeSurfer's vertex order, 10,242 per hemisphere), otherwise
+def display_surfaces(
+    meshes: dict[str, Mesh], display: dict[str, Mesh] | None = None
+) -> tuple[dict[str, Mesh], dict[str, np.ndarray]]:
+    """Meshes to draw on and their shading: the given ``display`` meshes (e.g. inflated)
+    shaded by the convexity of ``meshes``; else nilearn's inflated fsaverage5 and sulcal
+    depth for fsaverage5 meshes (FreeSurfer's vertex order, 10,242 per hemisphere); else
     the meshes themselves shaded by their convexity."""
+    if display is not None:
+        for h in ("left", "right"):
+            if display[h].n_vertices != meshes[h].n_vertices:
+                raise ValueError(
+                    f"display mesh {h} has {display[h].n_vertices} vertices, the {h} mesh "
+                    f"{meshes[h].n_vertices}."
+                )
+        return dict(display), {h: convexity(meshes[h]) for h in ("left", "right")}
     if all(meshes[h].n_vertices == 10242 for h in ("left", "right")):
         from nilearn import datasets
 

@@ -45,10 +45,6 @@ class SimilarityFactor:
     kind: str
     gamma: float | None = None
 
-    def take(self, idx: np.ndarray) -> SimilarityFactor:
-        """The factor of the similarity restricted to samples ``idx``."""
-        return SimilarityFactor(self.F[idx], self.kind, self.gamma)
-
 
 def unit_rows(X: Any) -> Any:
     """Scale every row to unit Euclidean length (zero rows stay zero); numpy or dask."""

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import is_dask
+from ..similarity import unit_rows
 
 __all__ = ["kmeanspp_rows", "sample_rows"]
 
@@ -53,8 +54,7 @@ def kmeanspp_rows(
     S = X[idx]
     S = np.asarray(S.compute() if is_dask(S) else S, dtype=np.float64)
     if metric == "cosine":  # directions only: the seeding ignores row lengths (weights)
-        norms = np.linalg.norm(S, axis=1, keepdims=True)
-        S = S / np.where(norms > 0, norms, 1.0)
+        S = unit_rows(S)
     m = S.shape[0]
     trials = 2 + int(np.log(k)) if n_local_trials is None else int(n_local_trials)
     first = int(rng.integers(m))

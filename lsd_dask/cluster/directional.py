@@ -330,7 +330,7 @@ def _fit_directional(
         D *= np.where(D @ np.asarray(colsum) < 0, -1.0, 1.0)[:, None]  # deterministic signs
     else:
         D = kmeanspp_rows(X, k, rng)
-    D = _unit(D)
+    D = unit_rows(D)
     # initial assignment by correlation with the centres, then the first centre update
     lab0, sb0 = directional_assign(X, D, update="correlation")
     labels, sbar, stats = _assign_and_stats([(lab0, _clip0(sb0))], X, D, k, row_sq)[0]
@@ -654,11 +654,6 @@ def _effective_step(mu: float | None, D: np.ndarray) -> float:
     """μ relative to the largest squared centre norm: the paper's bound is for unit centres."""
     scale = float(np.max(np.sum(D * D, axis=1), initial=0.0))
     return float(mu) / scale if scale > 0 else float(mu)
-
-
-def _unit(D: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(D, axis=1, keepdims=True)
-    return D / np.where(n > 0, n, 1.0)
 
 
 def _check_nonzero_rows(X: Any) -> None:

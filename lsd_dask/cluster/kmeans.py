@@ -211,7 +211,7 @@ class KMeans(ClusterBase):
         self._check_fitted()
         X = check_array(X)
         self._check_n_features(X)
-        return _EuclideanLloyd._assign(None, X, self.cluster_centers_)[0]  # type: ignore[arg-type]
+        return _nearest_centre(X, self.cluster_centers_)[0]
 
 
 class _EuclideanLloyd(_Lloyd):
@@ -219,9 +219,7 @@ class _EuclideanLloyd(_Lloyd):
     _metric = "euclidean"
 
     def _assign(self, X: Any, C: np.ndarray) -> tuple[Any, Any]:
-        # ||x - c||^2 = ||x||^2 - 2 x·c + ||c||^2; the first term does not change the argmin
-        d2 = (X * X).sum(axis=1)[:, None] - 2.0 * (X @ C.T) + np.sum(C * C, axis=1)
-        return d2.argmin(axis=1), d2.min(axis=1)
+        return _nearest_centre(X, C)
 
 
 class SphericalKMeans(_Lloyd):
@@ -288,8 +286,7 @@ class SphericalKMeans(_Lloyd):
         return unit_rows(X)
 
     def _normalise_centres(self, C: np.ndarray) -> np.ndarray:
-        n = np.linalg.norm(C, axis=1, keepdims=True)
-        return C / np.where(n > 0, n, 1.0)
+        return unit_rows(C)
 
 
 class KEVD(SphericalKMeans):
@@ -321,6 +318,13 @@ class KEVD(SphericalKMeans):
             (sums,) = compute(cluster_sums(X, labels, k, weights=w))
             D = self._normalise_centres(np.asarray(sums))
         return self._normalise_centres(_reseed_empty(X, D, counts, rng))
+
+
+def _nearest_centre(X: Any, C: np.ndarray) -> tuple[Any, Any]:
+    """Label and squared distance of each row's nearest centre (numpy or lazy dask)."""
+    # ||x - c||^2 = ||x||^2 - 2 x·c + ||c||^2, as one GEMM
+    d2 = (X * X).sum(axis=1)[:, None] - 2.0 * (X @ C.T) + np.sum(C * C, axis=1)
+    return d2.argmin(axis=1), d2.min(axis=1)
 
 
 def _reseed_empty(

@@ -23,7 +23,7 @@ from scipy.sparse.linalg import eigsh
 
 from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask
 from ..linalg.eigen import top_eigenpairs, top_eigenpairs_from_factor
-from ..similarity import gram_factor, median_bandwidth, rbf_kernel
+from ..similarity import gram_factor, median_bandwidth, rbf_kernel, unit_rows
 from ._base import ClusterBase, _n_features
 from .kmeans import KMeans
 
@@ -112,7 +112,7 @@ class SpectralClustering(ClusterBase):
                 deg = _guard_degrees(deg)
                 Fn = F / (da.sqrt(deg) if is_dask(deg) else np.sqrt(deg))[:, None]
                 w, Y = top_eigenpairs_from_factor(Fn, k, random_state=rng)
-        Y = _unit_rows_any(Y)
+        Y = unit_rows(Y)
         seed = int(rng.integers(2**31 - 1))
         km = KMeans(k, n_init=self.n_init, random_state=seed).fit(Y)
         self.labels_ = km.labels_
@@ -150,11 +150,3 @@ def _guard_degrees(deg: Any) -> Any:
             f"{bad[0]}); raise sigma, or remove isolated samples."
         )
     return d
-
-
-def _unit_rows_any(Y: Any) -> Any:
-    if is_dask(Y):
-        n = da.sqrt((Y * Y).sum(axis=1, keepdims=True))
-        return Y / da.where(n > 0, n, 1)
-    n = np.linalg.norm(Y, axis=1, keepdims=True)
-    return Y / np.where(n > 0, n, 1)

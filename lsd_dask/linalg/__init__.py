@@ -2,7 +2,7 @@
 
 from .eigen import top_eigenpairs, top_eigenpairs_from_factor
 from .randomized import randomized_svd, streaming_svd, svd_flip
-from .reductions import cluster_counts, cluster_sums
+from .reductions import cluster_sums
 from .rotations import procrustes_about_axis, rotate_givens
 from .simplex import project_rows_simplex, project_simplex
 
@@ -13,7 +13,6 @@ __all__ = [
     "top_eigenpairs",
     "top_eigenpairs_from_factor",
     "cluster_sums",
-    "cluster_counts",
     "project_simplex",
     "project_rows_simplex",
     "rotate_givens",

@@ -136,7 +136,6 @@ def streaming_svd(
     k: int,
     *,
     n_keep: int | None = None,
-    random_state: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, None]:
     """Group SVD over column blocks with bounded memory (MIGP-style).
 
@@ -154,8 +153,7 @@ def streaming_svd(
         Components returned.
     n_keep : int, optional
         Running dimension, default ``2 k`` (more is more accurate; see the benchmark).
-    random_state : unused, accepted for a uniform signature (the algorithm is
-        deterministic).
+        The algorithm is deterministic: it takes no ``random_state``.
 
     Returns
     -------

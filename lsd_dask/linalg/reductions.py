@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from .._validation import is_dask
 
-__all__ = ["cluster_sums", "cluster_counts", "own_centre_projection", "rows_like"]
+__all__ = ["cluster_sums", "own_centre_projection", "rows_like"]
 
 
 def cluster_sums(X: Any, labels: Any, n_clusters: int, *, weights: Any = None) -> Any:
@@ -56,13 +56,6 @@ def cluster_sums(X: Any, labels: Any, n_clusters: int, *, weights: Any = None) -
         concatenate=True,
     )
     return parts.reshape((nb, n_clusters, X2.shape[1])).sum(axis=0)
-
-
-def cluster_counts(labels: Any, n_clusters: int, *, weights: Any = None) -> Any:
-    """Number (or total weight) of samples per cluster; lazy for dask labels."""
-    if is_dask(labels):
-        return da.bincount(labels, weights=weights, minlength=n_clusters)
-    return np.bincount(np.asarray(labels), weights=weights, minlength=n_clusters)
 
 
 def own_centre_projection(X: Any, labels: Any, centres: np.ndarray) -> Any:

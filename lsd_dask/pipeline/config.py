@@ -10,6 +10,7 @@ A pipeline YAML looks like::
     # globs: {left: "data/*.L.func.gii", right: "data/*.R.func.gii"}  # id = common stem
     splits: null                   # null: sorted subjects halved; or {split1: [...], split2: [...]}
     mesh: {left: lh.surf.gii, right: rh.surf.gii}
+    display_mesh: null             # {left: lh.inflated.surf.gii, right: ...} for the figures
     sphere: null                   # {left: lh.sphere.surf.gii, right: ...} for the spin null;
                                    # null: fsaverage5 and 32k_fs_LR spheres are found
     methods: [directional]         # names, or variants with their own spatial settings:
@@ -154,6 +155,9 @@ class PipelineConfig:
     #: spherical registrations of the meshes (GIFTI, vertex for vertex) for the spin null;
     #: None: found for fsaverage5 and 32k_fs_LR (see :func:`lsd_dask.spin.find_spheres`)
     sphere: dict[str, str] | None = None
+    #: inflated (or very inflated) surfaces to draw the figures on, vertex for vertex with
+    #: ``mesh``; None: nilearn's inflated fsaverage5 for fsaverage5, else ``mesh`` itself
+    display_mesh: dict[str, str] | None = None
     #: per-subject smoothing, detrending, band-pass and confound regression at ingest
     preprocess: PreprocessSettings = field(default_factory=PreprocessSettings)
 
@@ -191,8 +195,9 @@ class PipelineConfig:
             for s in self.subjects
         ]
         d["mesh"] = {h: path(v) for h, v in self.mesh.items()}
-        if self.sphere is not None:
-            d["sphere"] = {h: path(v) for h, v in self.sphere.items()}
+        for key in ("sphere", "display_mesh"):
+            if getattr(self, key) is not None:
+                d[key] = {h: path(v) for h, v in getattr(self, key).items()}
         d["output"] = path(self.output)
         if self.work is not None:
             d["work"] = path(self.work)
@@ -314,7 +319,8 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     cfg = PipelineConfig(
         subjects=_subjects(raw, base),
         mesh={h: str(_resolve(v, base)) for h, v in _mapping(raw.get("mesh"), "mesh").items()},
-        sphere=_sphere(raw.get("sphere"), base),
+        sphere=_pair_of_surfaces(raw.get("sphere"), base, "sphere"),
+        display_mesh=_pair_of_surfaces(raw.get("display_mesh"), base, "display_mesh"),
         output=_resolve(raw.get("output", "lsd_dask_output"), base),
         splits={str(k): [str(i) for i in v] for k, v in splits.items()} if splits else None,
         methods=methods,
@@ -339,13 +345,13 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
 _TOP_KEYS = {f.name for f in fields(PipelineConfig)} | {"globs"}
 
 
-def _sphere(v: Any, base: Path) -> dict[str, str] | None:
+def _pair_of_surfaces(v: Any, base: Path, key: str) -> dict[str, str] | None:
     if v is None:
         return None
-    sphere = _mapping(v, "sphere")
-    if set(sphere) != {"left", "right"}:
-        raise ValueError(f"sphere: a 'left' and a 'right' GIFTI sphere, got keys {sorted(sphere)}.")
-    return {h: str(_resolve(p, base)) for h, p in sphere.items()}
+    pair = _mapping(v, key)
+    if set(pair) != {"left", "right"}:
+        raise ValueError(f"{key}: a 'left' and a 'right' GIFTI surface, got keys {sorted(pair)}.")
+    return {h: str(_resolve(p, base)) for h, p in pair.items()}
 
 
 def _bool(v: Any, key: str) -> bool:

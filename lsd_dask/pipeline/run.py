@@ -221,6 +221,14 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
         raise ValueError(f"K={too_big[0]} is larger than the number of vertices ({n}).")
     _check_lsd_rank(cfg)
     _check_preprocess(cfg)
+    for key in ("sphere", "display_mesh"):
+        for h, n in zip(HEMISPHERES, sizes, strict=True):
+            path = (getattr(cfg, key) or {}).get(h)
+            if path is not None and load_mesh(path).n_vertices != n:
+                raise ValueError(
+                    f"{key}.{h} ({path}) has {load_mesh(path).n_vertices} vertices; the {h} "
+                    f"mesh has {n}. It must match the mesh vertex for vertex."
+                )
     return meshes, sizes
 
 
@@ -722,8 +730,15 @@ def _write_outputs(
         for m in cfg.methods
         for split in splits
     }
+    display = (
+        None
+        if cfg.display_mesh is None
+        else {h: load_mesh(cfg.display_mesh[h]) for h in HEMISPHERES}
+    )
     files.append(
-        plot_parcellations(meshes, panels, out / f"parcellations_K{k}.png", title=f"K = {k}")
+        plot_parcellations(
+            meshes, panels, out / f"parcellations_K{k}.png", title=f"K = {k}", display=display
+        )
     )
     return files
 

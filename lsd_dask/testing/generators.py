@@ -7,7 +7,6 @@ generator takes ``random_state`` and returns the ground-truth labels ``0..K-1``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,11 +267,6 @@ class SurfaceStudy(SplitStudy):
         fg = self.labels > 0
         data[fg] = signal[self.labels[fg] - 1] + noise[fg]
         return data.astype(np.float32)
-
-    def iter_subjects(self, split: str) -> Iterator[tuple[str, np.ndarray]]:
-        """Yield ``(subject_id, data)`` for each subject of ``split``."""
-        for s in self.splits[split]:
-            yield s, self.subject_data(s)
 
 
 def surface_study(

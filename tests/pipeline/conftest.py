@@ -22,6 +22,22 @@ def scheduler_address(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def study() -> SurfaceStudy:
+    """A small two-hemisphere study: 10 planted parcels, 2 + 2 subjects x 60 TRs, a tenth
+    of the vertices a constant medial wall."""
+    meshes = two_hemisphere_mesh(6, 7, radius=50.0)
+    return surface_study(
+        meshes,
+        n_parcels=10,
+        n_subjects=(2, 2),
+        n_timepoints=60,
+        medial_wall_fraction=0.1,
+        noise_std=0.7,
+        random_state=0,
+    )
+
+
+@pytest.fixture(scope="session")
 def write_tiny_study() -> Callable[[Path, int], SurfaceStudy]:
     """Writes a tiny study to a folder; see :func:`_write_tiny_study`."""
     return _write_tiny_study

@@ -18,26 +18,15 @@ from click.testing import CliRunner
 from lsd_dask import cli, metrics
 from lsd_dask.io.bids import bids_name, parse_bids_name, surface_space
 from lsd_dask.io.surface_files import write_dtseries, write_surface_gifti
-from lsd_dask.surface import two_hemisphere_mesh
-from lsd_dask.testing import surface_study
 
 matplotlib.use("Agg")
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, study):
     """An HCP-layout CIFTI study (medial wall left out of the brain models), run by the
     CLI as a user would."""
-    meshes = two_hemisphere_mesh(6, 7, radius=50.0)
-    study = surface_study(
-        meshes,
-        n_parcels=10,
-        n_subjects=(2, 2),
-        n_timepoints=60,
-        medial_wall_fraction=0.1,
-        noise_std=0.7,
-        random_state=0,
-    )
+    meshes = study.meshes
     folder = tmp_path_factory.mktemp("hcp")
     sizes = [meshes["left"].n_vertices, meshes["right"].n_vertices]
     cortex = study.labels > 0
@@ -243,3 +232,31 @@ def test_report_html_holds_the_figures_and_the_table(run):
     for src in Collect.imgs:
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     assert "spin" in page and "lsd-dask run" in page
+
+
+def test_figures_use_a_given_inflated_surface(tmp_path, study):
+    from lsd_dask.pipeline import load_config, preflight, write_study
+    from lsd_dask.plotting import display_surfaces
+    from lsd_dask.surface import Mesh
+
+    folder = tmp_path / "s"
+    write_study(study, folder, fmt="gifti", rank=20)
+    # "inflated": the meshes scaled; a mesh of another size is refused before any work
+    for h in ("left", "right"):
+        m = study.meshes[h]
+        write_surface_gifti(
+            folder / f"{h[0]}h.inflated.gii", Mesh(m.vertices * 1.5, m.faces), hemisphere=h
+        )
+    display = {"left": "lh.inflated.gii", "right": "rh.inflated.gii"}
+    cfg = load_config(folder / "pipeline.yaml", output=str(folder / "out"), display_mesh=display)
+    preflight(cfg)
+    surf, shading = display_surfaces(
+        study.meshes,
+        {h: Mesh(study.meshes[h].vertices * 1.5, study.meshes[h].faces) for h in study.meshes},
+    )
+    np.testing.assert_allclose(surf["left"].vertices, 1.5 * study.meshes["left"].vertices)
+    assert shading["left"].shape == (study.meshes["left"].n_vertices,)
+    bad = {"left": "rh.inflated.gii", "right": "rh.inflated.gii"}
+    cfg = load_config(folder / "pipeline.yaml", output=str(folder / "out"), display_mesh=bad)
+    with pytest.raises(ValueError, match=r"display_mesh.left .* must match the mesh"):
+        preflight(cfg)

@@ -17,20 +17,6 @@ from lsd_dask.surface import two_hemisphere_mesh
 from lsd_dask.testing import surface_study
 
 
-@pytest.fixture(scope="module")
-def study():
-    meshes = two_hemisphere_mesh(6, 7, radius=50.0)
-    return surface_study(
-        meshes,
-        n_parcels=10,
-        n_subjects=(2, 2),
-        n_timepoints=60,
-        medial_wall_fraction=0.1,
-        noise_std=0.7,
-        random_state=0,
-    )
-
-
 def _config(folder, **over):
     over.setdefault("svd", {"method": "randomized", "rank": 20})
     return load_config(
@@ -44,7 +30,7 @@ def _config(folder, **over):
 
 @pytest.mark.parametrize("fmt", ["gifti", "cifti", "zarr"])
 def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
-    if fmt == "cifti":  # cluster dask features (the mission-scale path) in one of the two runs
+    if fmt == "cifti":  # cluster dask features (the full-scale path) in one of the two runs
         import lsd_dask.pipeline.run as run_mod
 
         monkeypatch.setattr(run_mod, "IN_MEMORY_FEATURES_BYTES", 0)

@@ -18,8 +18,7 @@ from lsd_dask.io.surface_files import (
 )
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.pipeline.preprocess import PreprocessSettings, clean_subject, read_confounds
-from lsd_dask.surface import icosphere, smooth_on_mesh, two_hemisphere_mesh
-from lsd_dask.testing import surface_study
+from lsd_dask.surface import icosphere, smooth_on_mesh
 
 RNG = np.random.default_rng(0)
 
@@ -121,20 +120,6 @@ def test_t_r_is_read_from_every_format(tmp_path):
     assert subject_t_r(SubjectFiles("x", left=plain, right=plain)) is None
 
 
-@pytest.fixture(scope="module")
-def study():
-    meshes = two_hemisphere_mesh(6, 7, radius=50.0)
-    return surface_study(
-        meshes,
-        n_parcels=10,
-        n_subjects=(2, 2),
-        n_timepoints=80,
-        medial_wall_fraction=0.1,
-        noise_std=0.7,
-        random_state=0,
-    )
-
-
 def test_pipeline_preprocesses_each_subject_at_ingest(tmp_path, study):
     from lsd_dask.io.zarr_store import open_split
 
@@ -143,7 +128,7 @@ def test_pipeline_preprocesses_each_subject_at_ingest(tmp_path, study):
     (folder / "conf").mkdir()
     for i, sid in enumerate(study.subjects):
         rng = np.random.default_rng(i)
-        table = pd.DataFrame(rng.standard_normal((80, 3)), columns=["trans_x", "csf", "other"])
+        table = pd.DataFrame(rng.standard_normal((60, 3)), columns=["trans_x", "csf", "other"])
         table.to_csv(
             folder / "conf" / f"{sid}_desc-confounds_timeseries.tsv", sep="\t", index=False
         )
@@ -154,15 +139,19 @@ def test_pipeline_preprocesses_each_subject_at_ingest(tmp_path, study):
         "confounds": "conf/{subject}_desc-confounds_timeseries.tsv",
         "confound_columns": ["trans_x", "csf"],
     }
-    cfg = load_config(
-        folder / "pipeline.yaml",
-        output=str(folder / "results"),
-        ks=[10],
-        svd={"rank": 20},
-        null_repeats=2,
-        min_region_size=3,
-        preprocess=pre,
-    )
+
+    def config(preprocess):
+        return load_config(
+            folder / "pipeline.yaml",
+            output=str(folder / "results"),
+            ks=[10],
+            svd={"rank": 20},
+            null_repeats=2,
+            min_region_size=3,
+            preprocess=preprocess,
+        )
+
+    cfg = config(pre)
     logs: list[str] = []
     report = run_pipeline(cfg, log=logs.append)
     assert report["config"]["preprocess"]["confound_columns"] == ["trans_x", "csf"]
@@ -177,15 +166,7 @@ def test_pipeline_preprocesses_each_subject_at_ingest(tmp_path, study):
     got = np.asarray(store.data[:, : store.timepoints[0]])
     np.testing.assert_allclose(got, ref, atol=2e-4)
     # a changed setting re-runs ingest (and what follows); an unchanged one does not
-    cfg2 = load_config(
-        folder / "pipeline.yaml",
-        output=str(folder / "results"),
-        ks=[10],
-        svd={"rank": 20},
-        null_repeats=2,
-        min_region_size=3,
-        preprocess={**pre, "low_pass": 0.12},
-    )
+    cfg2 = config({**pre, "low_pass": 0.12})
     logs.clear()
     run_pipeline(cfg2, log=logs.append)
     assert not any("[ingest] split1 done earlier" in line for line in logs)
