@@ -319,7 +319,7 @@ def test_method_variants_run_side_by_side(tmp_path, study):
     logs: list[str] = []
     report = run_pipeline(cfg, log=logs.append)
     assert {r["method"] for r in report["scores"]} == {"directional", "dir_spatial", "ward"}
-    assert report["config"]["methods"][1] == {**spatial, "contiguous": False}
+    assert report["config"]["methods"][1] == {**spatial, "contiguous": False, "features": "us"}
     # the variant is directional clustering with its Potts term on the blurred features
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
