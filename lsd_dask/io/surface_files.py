@@ -27,6 +27,8 @@ __all__ = [
     "SubjectFiles",
     "load_subject",
     "subject_t_r",
+    "vertex_counts",
+    "READERS",
     "load_mesh",
     "read_hemisphere",
     "label_table",
@@ -76,24 +78,12 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
         if not Path(p).exists():
             raise FileNotFoundError(f"subject {files.subject}: {p} does not exist.")
     try:
-        if files.zarr is not None:
-            x, sizes = read_zarr_subject(Path(files.zarr))
-        elif files.cifti is not None:
-            x, sizes = _load_cifti(Path(files.cifti))
-        else:
-            parts = [
-                read_hemisphere(Path(getattr(files, h))) for h in HEMISPHERES if getattr(files, h)
-            ]
+        x, sizes = READERS[files.kind].load(files)
     except (OSError, EOFError, zlib.error) as err:  # a file damaged past its header
         where = ", ".join(str(p) for p in files.paths())
         raise ValueError(
             f"subject {files.subject}: cannot read {where} ({type(err).__name__}: {err})."
         ) from err
-    if files.zarr is None and files.cifti is None:
-        ts = {p.shape[1] for p in parts}
-        if len(ts) != 1:
-            raise ValueError(f"subject {files.subject}: hemispheres have different lengths {ts}.")
-        x, sizes = np.concatenate(parts, axis=0), [p.shape[0] for p in parts]
     if files.time_slice is not None:
         a, b = files.time_slice
         if not 0 <= a < b <= x.shape[1]:
@@ -105,6 +95,12 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
     return x, sizes
 
 
+def vertex_counts(files: SubjectFiles) -> list[int]:
+    """Vertices per hemisphere of a subject's files, from their headers only (a truncated
+    uncompressed file fails here, before anything reads its data)."""
+    return READERS[files.kind].vertex_counts(files)
+
+
 def subject_t_r(files: SubjectFiles) -> float | None:
     """The repetition time in seconds that a subject's file states, or None.
 
@@ -112,27 +108,7 @@ def subject_t_r(files: SubjectFiles) -> float | None:
     ``TimeStep`` metadata of the first data array (milliseconds, FreeSurfer's convention).
     MGH: the header's ``tr`` (milliseconds; 0 means unknown). Zarr: a ``t_r`` attribute.
     """
-    if files.zarr is not None:
-        import zarr
-
-        tr = zarr.open_array(str(files.zarr), mode="r").attrs.get("t_r")
-        return float(tr) if tr else None
-    if files.cifti is not None:
-        series = nib.load(str(files.cifti)).header.get_axis(0)
-        if not isinstance(series, cifti2.SeriesAxis) or series.step <= 0:
-            return None
-        scale = {"SECOND": 1.0, "MSEC": 1e-3}.get(str(series.unit).upper(), 1.0)
-        return float(series.step) * scale
-    img = nib.load(str(files.left))
-    if str(files.left).lower().endswith(".gii"):
-        step = img.darrays[0].meta.get("TimeStep") if img.darrays else None
-        try:
-            ms = float(step) if step is not None else 0.0
-        except ValueError:
-            return None
-        return ms / 1000.0 if ms > 0 else None
-    ms = float(img.header["tr"])
-    return ms / 1000.0 if ms > 0 else None
+    return READERS[files.kind].t_r(files)
 
 
 def read_hemisphere(path: Path) -> np.ndarray:
@@ -427,3 +403,106 @@ def _atomic_save(img: Any, path: Path) -> Path:
     with atomic_path(path) as tmp:
         nib.save(img, str(tmp))
     return path
+
+
+# --------------------------------------------------------------------------- readers
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How one input format is read: vertex counts from the headers, the data, the TR."""
+
+    vertex_counts: Any
+    load: Any
+    t_r: Any
+
+
+def _cifti_counts(files: SubjectFiles) -> list[int]:
+    img = nib.load(str(files.cifti))
+    if not isinstance(img, cifti2.Cifti2Image):
+        raise ValueError(f"{files.cifti} is not a CIFTI-2 file.")
+    _check_payload(img, files.cifti)
+    bm = img.header.get_axis(1)
+    return [int(bm.nvertices.get(_CIFTI_NAMES[h], 0)) for h in HEMISPHERES]
+
+
+def _cifti_t_r(files: SubjectFiles) -> float | None:
+    series = nib.load(str(files.cifti)).header.get_axis(0)
+    if not isinstance(series, cifti2.SeriesAxis) or series.step <= 0:
+        return None
+    scale = {"SECOND": 1.0, "MSEC": 1e-3}.get(str(series.unit).upper(), 1.0)
+    return float(series.step) * scale
+
+
+def _hemisphere_counts(files: SubjectFiles) -> list[int]:
+    counts = []
+    for p in (files.left, files.right):
+        img = nib.load(str(p))
+        if str(p).lower().endswith(".gii"):
+            counts.append(int(img.darrays[0].data.shape[0]))
+        else:
+            _check_payload(img, p)
+            counts.append(int(img.shape[0]))
+    return counts
+
+
+def _load_hemispheres(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
+    parts = [read_hemisphere(Path(getattr(files, h))) for h in HEMISPHERES if getattr(files, h)]
+    ts = {p.shape[1] for p in parts}
+    if len(ts) != 1:
+        raise ValueError(f"subject {files.subject}: hemispheres have different lengths {ts}.")
+    return np.concatenate(parts, axis=0), [p.shape[0] for p in parts]
+
+
+def _gifti_t_r(files: SubjectFiles) -> float | None:
+    img = nib.load(str(files.left))
+    step = img.darrays[0].meta.get("TimeStep") if img.darrays else None
+    try:
+        ms = float(step) if step is not None else 0.0
+    except ValueError:
+        return None
+    return ms / 1000.0 if ms > 0 else None
+
+
+def _mgh_t_r(files: SubjectFiles) -> float | None:
+    ms = float(nib.load(str(files.left)).header["tr"])
+    return ms / 1000.0 if ms > 0 else None
+
+
+def _zarr_counts(files: SubjectFiles) -> list[int]:
+    import zarr
+
+    sizes = zarr.open_array(str(files.zarr), mode="r").attrs.get("hemisphere_sizes") or []
+    return [int(n) for n in sizes]
+
+
+def _zarr_t_r(files: SubjectFiles) -> float | None:
+    import zarr
+
+    tr = zarr.open_array(str(files.zarr), mode="r").attrs.get("t_r")
+    return float(tr) if tr else None
+
+
+def _check_payload(img: Any, path: Any) -> None:
+    """An uncompressed image shorter than its header promises is truncated: say so from the
+    header, before the mask stage reads the data."""
+    proxy = getattr(img, "dataobj", None)
+    offset = getattr(proxy, "offset", None)
+    if offset is None or str(path).lower().endswith((".gz", ".mgz")):
+        return
+    need = int(offset) + int(np.prod(proxy.shape)) * np.dtype(proxy.dtype).itemsize
+    have = os.path.getsize(path)
+    if have < need:
+        raise ValueError(
+            f"{path} is truncated: its header describes {need} bytes, the file has {have}."
+        )
+
+
+#: input kind (:attr:`SubjectFiles.kind`) -> its reader; a new format adds a SubjectFiles
+#: field, a kind and a row here (and its key in the pipeline file's schema)
+READERS: dict[str, Reader] = {
+    "cifti": Reader(_cifti_counts, lambda f: _load_cifti(Path(f.cifti)), _cifti_t_r),
+    "gifti": Reader(_hemisphere_counts, _load_hemispheres, _gifti_t_r),
+    "mgh": Reader(_hemisphere_counts, _load_hemispheres, _mgh_t_r),
+    "zarr": Reader(_zarr_counts, lambda f: read_zarr_subject(Path(f.zarr)), _zarr_t_r),
+}

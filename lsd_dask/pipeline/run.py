@@ -46,6 +46,7 @@ from ..io.surface_files import (
     load_mesh,
     load_subject,
     subject_t_r,
+    vertex_counts,
     write_dlabel,
     write_label_gifti,
 )
@@ -204,7 +205,7 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
     # headers only: vertex counts of every subject against the meshes
     for s in cfg.subjects:
         try:
-            counts = _vertex_counts(s)
+            counts = vertex_counts(s)
         except Exception as err:  # nibabel and zarr raise many kinds on a damaged file
             raise ValueError(
                 f"subject {s.subject}: cannot read the header of "
@@ -788,53 +789,6 @@ def _sidecar(
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _vertex_counts(s: Any) -> list[int]:
-    import nibabel as nib
-    from nibabel import cifti2
-
-    if s.zarr is not None:
-        import zarr
-
-        sizes = zarr.open_array(str(s.zarr), mode="r").attrs.get("hemisphere_sizes") or []
-        return [int(n) for n in sizes]
-    if s.cifti is not None:
-        img = nib.load(str(s.cifti))
-        if not isinstance(img, cifti2.Cifti2Image):
-            raise ValueError(f"{s.cifti} is not a CIFTI-2 file.")
-        _check_payload(img, s.cifti)
-        bm = img.header.get_axis(1)
-        names = {"CIFTI_STRUCTURE_CORTEX_LEFT": 0, "CIFTI_STRUCTURE_CORTEX_RIGHT": 1}
-        counts = [0, 0]
-        for name, i in names.items():
-            if name in bm.nvertices:
-                counts[i] = int(bm.nvertices[name])
-        return counts
-    counts = []
-    for p in (s.left, s.right):
-        img = nib.load(str(p))
-        if str(p).lower().endswith(".gii"):
-            counts.append(int(img.darrays[0].data.shape[0]))
-        else:
-            _check_payload(img, p)
-            counts.append(int(img.shape[0]))
-    return counts
-
-
-def _check_payload(img: Any, path: Any) -> None:
-    """An uncompressed image shorter than its header promises is truncated: say so from the
-    header, before the mask stage reads the data."""
-    proxy = getattr(img, "dataobj", None)
-    offset = getattr(proxy, "offset", None)
-    if offset is None or str(path).lower().endswith((".gz", ".mgz")):
-        return
-    need = int(offset) + int(np.prod(proxy.shape)) * np.dtype(proxy.dtype).itemsize
-    have = os.path.getsize(path)
-    if have < need:
-        raise ValueError(
-            f"{path} is truncated: its header describes {need} bytes, the file has {have}."
-        )
 
 
 def _bar(i: int, n: int, width: int = 20) -> str:
