@@ -38,7 +38,8 @@ def main() -> None:
     study = realistic_study(n_timepoints=args.timepoints, random_state=0)
     truth = study.labels[study.cortex]
     t0 = time.perf_counter()
-    F = features(study, "split1", args.rank, 0)
+    # unit rows of U: LSD's pipeline default (and what the session-6 timings used)
+    F = features(study, "split1", args.rank, 0, kind="u")
     print(f"features {F.shape[0]} x {F.shape[1]} in {time.perf_counter() - t0:.1f} s")
     k = args.k
     lsd_kw = {} if args.max_iter is None else {"max_iter": args.max_iter}

@@ -24,7 +24,7 @@ def main() -> None:
     k = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     study = realistic_study(scale=400, snr=0.5, random_state=0)
     truth = study.labels[study.cortex]
-    feats = {s: features(study, s, 100, 0) for s in study.splits}
+    feats = {s: features(study, s, 100, 0, kind="u") for s in study.splits}  # as recorded
     variants = {
         "kmeans": lambda s: KMeans(k, n_init=1, random_state=s),
         "skm": lambda s: cluster.SphericalKMeans(k, random_state=s),
