@@ -28,6 +28,7 @@ import numpy as np
 from .atomic import atomic_write_text
 
 __all__ = [
+    "BIDS_IGNORE",
     "ENTITY_ORDER",
     "bids_label",
     "bids_name",
@@ -157,6 +158,10 @@ def lookup_table(colours: np.ndarray, ids: Any = None) -> str:
     return "\n".join(rows) + "\n"
 
 
+#: what a run writes beside the BIDS files, for the BIDS validator to skip (``.bidsignore``)
+BIDS_IGNORE = ("report.json", "report.html", "*.png", "work/")
+
+
 def dataset_description(path: Path, *, version: str, command: str | None) -> Path:
     """``dataset_description.json`` of a derivatives folder written by lsd-dask."""
     generated: dict[str, Any] = {"Name": "lsd-dask", "Version": version}
@@ -169,4 +174,5 @@ def dataset_description(path: Path, *, version: str, command: str | None) -> Pat
         "GeneratedBy": [generated],
     }
     atomic_write_text(path, json.dumps(desc, indent=2) + "\n")
+    atomic_write_text(path.parent / ".bidsignore", "\n".join(BIDS_IGNORE) + "\n")
     return path

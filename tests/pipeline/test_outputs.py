@@ -260,3 +260,19 @@ def test_figures_use_a_given_inflated_surface(tmp_path, study):
     cfg = load_config(folder / "pipeline.yaml", output=str(folder / "out"), display_mesh=bad)
     with pytest.raises(ValueError, match=r"display_mesh.left .* must match the mesh"):
         preflight(cfg)
+
+
+def test_every_file_of_the_output_folder_is_bids_or_ignored(run):
+    import fnmatch
+
+    out, _, _, _ = run
+    ignore = (out / ".bidsignore").read_text().split()
+    for path in out.rglob("*"):
+        if path.is_dir():
+            continue
+        rel = path.relative_to(out).as_posix()
+        if rel in ("dataset_description.json", ".bidsignore"):
+            continue
+        if any(fnmatch.fnmatch(rel, pat) or rel.startswith(pat) for pat in ignore):
+            continue
+        parse_bids_name(path.name)  # raises on a name BIDS would refuse
