@@ -472,6 +472,7 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
                 n_power_iter=cfg.svd.n_power_iter,
                 fuse_passes=cfg.svd.fuse_passes,
                 random_state=cfg.random_state,
+                progress=lambda line: log(f"[svd] {split} {line}"),
             )
             U = U.compute()
         except KilledWorker as err:

@@ -72,6 +72,12 @@ def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     logs2: list[str] = []
     report2 = run_pipeline(cfg, log=logs2.append)
     assert any("[svd] split1 done earlier" in line for line in logs2)
+    # the first run reported each pass over the data of the randomized SVD (rank 20,
+    # 2 power iterations: sketch, 2 x power, transpose)
+    passes = [line for line in logs if line.startswith("[svd] split1 pass ")]
+    assert [p.split(" (")[0] for p in passes] == [
+        f"[svd] split1 pass {i} of 4" for i in range(1, 5)
+    ]
     assert not any(line.startswith("[cluster] split1 directional K=10:") for line in logs2)
     assert {p.name: p.read_bytes() for p in (out / "labels").iterdir()} == before
     assert report2["scores"] == report["scores"]
