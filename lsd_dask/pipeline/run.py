@@ -225,10 +225,11 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
     for key in ("sphere", "display_mesh"):
         for h, n in zip(HEMISPHERES, sizes, strict=True):
             path = (getattr(cfg, key) or {}).get(h)
-            if path is not None and load_mesh(path).n_vertices != n:
+            found = None if path is None else load_mesh(path).n_vertices
+            if found is not None and found != n:
                 raise ValueError(
-                    f"{key}.{h} ({path}) has {load_mesh(path).n_vertices} vertices; the {h} "
-                    f"mesh has {n}. It must match the mesh vertex for vertex."
+                    f"{key}.{h} ({path}) has {found} vertices; the {h} mesh has {n}. It "
+                    "must match the mesh vertex for vertex."
                 )
     return meshes, sizes
 

@@ -267,6 +267,7 @@ def test_every_file_of_the_output_folder_is_bids_or_ignored(run):
 
     out, _, _, _ = run
     ignore = (out / ".bidsignore").read_text().split()
+    suffixes = []
     for path in out.rglob("*"):
         if path.is_dir():
             continue
@@ -275,4 +276,6 @@ def test_every_file_of_the_output_folder_is_bids_or_ignored(run):
             continue
         if any(fnmatch.fnmatch(rel, pat) or rel.startswith(pat) for pat in ignore):
             continue
-        parse_bids_name(path.name)  # raises on a name BIDS would refuse
+        _, suffix, _ = parse_bids_name(path.name)  # raises on a name BIDS would refuse
+        suffixes.append(suffix)
+    assert len(suffixes) == 8 * 5 and set(suffixes) == {"dseg"}
