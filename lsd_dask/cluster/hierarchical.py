@@ -4,6 +4,17 @@ Start with every sample in one leaf. Repeatedly split the leaf with the smallest
 within-cluster similarity ``w(C) = 2 / (n (n + 1)) sum_{i <= j in C} K_ij`` into two with
 LSD for k = 2 (closed form, no iterations), until there are ``n_clusters`` leaves.
 
+The closed-form two-way split thresholds the leaf's second eigenvector once; deep in the
+tree, where a leaf mixes many small parcels of noisy features, that threshold follows noise
+and each leaf ends up holding a few samples from dozens of parcels. ``split_iter`` polishes
+each split with a two-way spherical (kernel) k-means started from it: a sample moves to the
+side whose normalised mean similarity ``sum_{j in C} K_ij / sqrt(sum_{j,l in C} K_jl)`` is
+larger (for a Gram similarity ``K = F Fᵀ`` this is the cosine to the side's mean feature).
+Measured on the realistic 32k-surface study at K = 400 (rank-400 rows of U, 58,558
+vertices, both splits): leaves' NMI against the atlas 0.47 without, 0.87 with 30
+iterations; after the final refinement 0.949 and 0.960 (spherical k-means from k-means++:
+0.961). ``split_iter=0`` is the paper's algorithm.
+
 How a leaf splits depends only on its members, never on the order of splits. So the splits
 of several leaves are computed concurrently and the greedy order is applied afterwards; the
 result equals the sequential algorithm's exactly. With an active ``distributed`` client the
@@ -30,6 +41,8 @@ from .lsd import _lsd, _similarity_operator, _SimilarityOperator
 
 __all__ = ["HierarchicalLSD"]
 
+_TINY = 1e-12
+
 
 @dataclass(frozen=True)
 class Split:
@@ -54,6 +67,9 @@ class HierarchicalLSD(ClusterBase):
     concurrent : bool, default=True
         Split several leaves at once as Dask tasks. ``False`` runs the textbook sequential
         loop (one split per step); both give identical labels.
+    split_iter : int, default=30
+        Iterations of two-way spherical (kernel) k-means that polish each LSD split, started
+        from it (see the module docstring). 0: the paper's closed-form splits.
     refine : {"auto", "spherical_kmeans"} or None, default="auto"
         What turns the leaves into ``labels_``. None: the leaves, the paper's algorithm.
         "spherical_kmeans": a spherical k-means run on the features started from the
@@ -86,6 +102,7 @@ class HierarchicalLSD(ClusterBase):
         "gamma": [None, ("real", 0, None)],
         "n_landmarks": [("int", 2, None)],
         "concurrent": [bool],
+        "split_iter": [("int", 0, None)],
         "refine": [REFINE_OPTIONS, None],
         "refine_iter": [("int", 0, None)],
         "random_state": [None, numbers.Integral, np.random.Generator],
@@ -99,6 +116,7 @@ class HierarchicalLSD(ClusterBase):
         gamma: float | None = None,
         n_landmarks: int = 1000,
         concurrent: bool = True,
+        split_iter: int = 30,
         refine: str | None = "auto",
         refine_iter: int = 100,
         random_state: Any = None,
@@ -108,6 +126,7 @@ class HierarchicalLSD(ClusterBase):
         self.gamma = gamma
         self.n_landmarks = n_landmarks
         self.concurrent = concurrent
+        self.split_iter = split_iter
         self.refine = refine
         self.refine_iter = refine_iter
         self.random_state = random_state
@@ -125,7 +144,9 @@ class HierarchicalLSD(ClusterBase):
         chunks = data.chunks[0] if is_dask(data) else None
         if is_dask(data):
             data = data.compute()  # leaves index arbitrary rows: one in-memory copy
-        labels, tree, w = _divisive(data, dense, k, concurrent=self.concurrent)
+        labels, tree, w = _divisive(
+            data, dense, k, concurrent=self.concurrent, split_iter=self.split_iter
+        )
         self.tree_ = tree
         self.leaf_similarity_ = w
         self.n_clusters_ = int(w.size)
@@ -149,7 +170,7 @@ class HierarchicalLSD(ClusterBase):
 
 
 def _divisive(
-    data: np.ndarray, dense: bool, k: int, *, concurrent: bool
+    data: np.ndarray, dense: bool, k: int, *, concurrent: bool, split_iter: int = 0
 ) -> tuple[np.ndarray, list[Split], np.ndarray]:
     n = data.shape[0]
     members: dict[int, np.ndarray] = {0: np.arange(n)}
@@ -158,7 +179,7 @@ def _divisive(
     leaves = [0]
     next_id = 1
     tree: list[Split] = []
-    runner = _SplitRunner(data, dense) if concurrent else None
+    runner = _SplitRunner(data, dense, split_iter) if concurrent else None
     while len(leaves) < k:
         candidates = sorted(
             (lf for lf in leaves if splits.get(lf, ()) is not None and members[lf].size >= 2),
@@ -175,7 +196,7 @@ def _divisive(
                 for lf, res in zip(todo, runner.run([members[lf] for lf in todo]), strict=True):
                     splits[lf] = res
             else:
-                splits[target] = _split_leaf(data, members[target], dense)
+                splits[target] = _split_leaf(data, members[target], dense, split_iter)
             if splits[target] is None:
                 continue
         left, right = splits.pop(target)  # type: ignore[misc]
@@ -200,8 +221,9 @@ class _SplitRunner:
     """Runs leaf splits concurrently: futures on a distributed client when one is active
     (the data scattered to the workers once), otherwise dask's threaded scheduler."""
 
-    def __init__(self, data: np.ndarray, dense: bool) -> None:
+    def __init__(self, data: np.ndarray, dense: bool, split_iter: int) -> None:
         self.dense = dense
+        self.split_iter = split_iter
         self.client = active_client()
         if self.client is not None:
             [self.data] = self.client.scatter([data], broadcast=True, hash=False)
@@ -211,11 +233,16 @@ class _SplitRunner:
     def run(self, index_sets: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray] | None]:
         if self.client is not None:
             futures = [
-                self.client.submit(_split_leaf, self.data, idx, self.dense, pure=False)
+                self.client.submit(
+                    _split_leaf, self.data, idx, self.dense, self.split_iter, pure=False
+                )
                 for idx in index_sets
             ]
             return self.client.gather(futures)
-        tasks = [dask.delayed(_split_leaf)(self.data, idx, self.dense) for idx in index_sets]
+        tasks = [
+            dask.delayed(_split_leaf)(self.data, idx, self.dense, self.split_iter)
+            for idx in index_sets
+        ]
         return list(dask.compute(*tasks, scheduler="threads"))
 
     def close(self) -> None:
@@ -224,9 +251,10 @@ class _SplitRunner:
 
 
 def _split_leaf(
-    data: np.ndarray, idx: np.ndarray, dense: bool
+    data: np.ndarray, idx: np.ndarray, dense: bool, split_iter: int = 0
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Two-way LSD of the samples ``idx``; None when the leaf cannot be split."""
+    """Two-way LSD of the samples ``idx``, polished by ``split_iter`` two-means steps;
+    None when the leaf cannot be split."""
     if dense:
         op = _SimilarityOperator(n=idx.size, K=data[np.ix_(idx, idx)])
     else:
@@ -247,7 +275,37 @@ def _split_leaf(
     side = np.asarray(res.P[:, 1] > res.P[:, 0])
     if side.all() or not side.any():
         return None
+    if split_iter:
+        side = _two_means(data, idx, dense, side, split_iter)
     return idx[~side], idx[side]
+
+
+def _two_means(
+    data: np.ndarray, idx: np.ndarray, dense: bool, side: np.ndarray, n_iter: int
+) -> np.ndarray:
+    """Two-way spherical (kernel) k-means on the leaf ``idx``, started from ``side``.
+
+    Each step moves every sample to the side whose normalised mean similarity is larger;
+    it stops at a fixed point, after ``n_iter`` steps, or before a step that would empty a
+    side (the last two-sided partition is kept).
+    """
+    sub = data[np.ix_(idx, idx)] if dense else data[idx]
+    for _ in range(n_iter):
+        if dense:
+            # K[:, C] 1 / sqrt(1ᵀ K[C, C] 1) for each side C
+            cos = []
+            for m in (~side, side):
+                row_sums = sub[:, m].sum(axis=1, dtype=np.float64)
+                cos.append(row_sums / np.sqrt(max(float(row_sums[m].sum()), _TINY)))
+            new = cos[1] > cos[0]
+        else:
+            c = [sub[m].sum(axis=0, dtype=np.float64) for m in (~side, side)]
+            c = [v / max(float(np.linalg.norm(v)), _TINY) for v in c]
+            new = sub @ (c[1] - c[0]).astype(sub.dtype) > 0
+        if new.all() or not new.any() or np.array_equal(new, side):
+            break
+        side = new
+    return side
 
 
 def _leaf_similarity(data: np.ndarray, dense: bool, idx: np.ndarray) -> float:

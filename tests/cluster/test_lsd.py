@@ -236,8 +236,47 @@ def test_hierarchical_reference_loop():
     ref = np.empty(K.shape[0], int)
     for i, lf in enumerate(leaves):
         ref[lf] = i
-    h = HierarchicalLSD(5, similarity="precomputed").fit(K)
+    h = HierarchicalLSD(5, similarity="precomputed", split_iter=0).fit(K)
     assert metrics.ari(ref, h.labels_) == pytest.approx(1.0)
+
+
+def _node_members(h):
+    """Members of every node of a fitted HierarchicalLSD's tree, from its leaves."""
+    children = {s.parent: s.children for s in h.tree_}
+    leaves = sorted({0, *(c for s in h.tree_ for c in s.children)} - set(children))
+    members = {lf: np.flatnonzero(h.leaf_labels_ == j) for j, lf in enumerate(leaves)}
+
+    def get(node):
+        if node not in members:
+            members[node] = np.sort(np.concatenate([get(c) for c in children[node]]))
+        return members[node]
+
+    get(0)
+    return members
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "precomputed"])
+def test_polished_splits_are_two_means_fixed_points(similarity):
+    """With ``split_iter``, every split leaves each sample on the side of its parent whose
+    normalised mean similarity is larger (checked on the dense similarity)."""
+    X, lab, _ = brain_grid(snr_db=-6, n_features=20, n_regions=8, shape=(20, 20), random_state=3)
+    F = X / np.linalg.norm(X, axis=1, keepdims=True)
+    K = F @ F.T if similarity == "cosine" else (1 + F @ F.T) / 2
+    h = HierarchicalLSD(8, similarity=similarity, split_iter=200, refine=None)
+    h.fit(X if similarity == "cosine" else K)
+    members = _node_members(h)
+    assert sum(members[c].size for c in h.tree_[0].children) == X.shape[0]
+    for split in h.tree_:
+        parent = members[split.parent]
+        sides = [members[c] for c in split.children]
+        scores = [
+            K[np.ix_(parent, s)].sum(axis=1) / np.sqrt(K[np.ix_(s, s)].sum()) for s in sides
+        ]
+        on_right = np.isin(parent, sides[1])
+        np.testing.assert_array_equal(scores[1] > scores[0], on_right)
+    paper = clone(h).set_params(split_iter=0).fit(X if similarity == "cosine" else K)
+    # the paper's closed-form splits are not fixed points here: polishing changed them
+    assert not np.array_equal(paper.leaf_labels_, h.leaf_labels_)
 
 
 def test_k_above_the_similarity_rank_fails_before_the_eigen_step():
