@@ -8,18 +8,21 @@ Small precomputed or exact-RBF matrices are handled densely by the callers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import dask.array as da
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from ._validation import check_random_state, is_dask
+from ._validation import check_random_state, compute, is_dask
+from .linalg.eigen import factor_gram, factor_route, top_eigenpairs, top_eigenpairs_from_factor
 
 __all__ = [
     "SIMILARITIES",
     "SimilarityFactor",
+    "SimilarityOperator",
+    "similarity_operator",
     "unit_rows",
     "gram_factor",
     "median_bandwidth",
@@ -27,6 +30,8 @@ __all__ = [
 ]
 
 SIMILARITIES = ("precomputed", "cosine", "shifted_cosine", "rbf")
+#: largest n for which an RBF similarity is held densely rather than by Nyström features
+_EXACT_RBF_MAX = 3000
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,111 @@ class SimilarityFactor:
     F: Any
     kind: str
     gamma: float | None = None
+
+
+@dataclass
+class SimilarityOperator:
+    """A similarity K held as a dense matrix or as a factor (``K = F Fᵀ``).
+
+    Only the products LSD's solvers need: top eigenpairs, ``K P``, the objective's terms
+    and ``||K||_F²``; no n × n array is formed for a factor.
+
+    Attributes
+    ----------
+    n : int
+        Samples.
+    K : ndarray or dask array of shape (n, n), optional
+        The dense similarity (precomputed or exact RBF).
+    factor : SimilarityFactor, optional
+        ``K = F Fᵀ`` for features.
+    gamma : float or None
+        The RBF parameter used, if any.
+    """
+
+    n: int
+    K: Any = None  # dense (numpy or dask)
+    factor: SimilarityFactor | None = None
+    gamma: float | None = None
+    _gram: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def is_lazy(self) -> bool:
+        return is_dask(self.K if self.factor is None else self.factor.F)
+
+    def eigenpairs(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, Any]:
+        if self.factor is not None:
+            F = self.factor.F
+            # the Gram route shares F^T F with frobenius2: computed once
+            gram = None if is_dask(F) or factor_route(F.shape, k) != "gram" else self.gram()
+            return top_eigenpairs_from_factor(F, k, random_state=rng, gram=gram)
+        return top_eigenpairs(self.K, k, random_state=rng)
+
+    def gram(self) -> np.ndarray:
+        """``F^T F`` (r × r, float64), computed once."""
+        if self._gram is None:
+            F = self.factor.F
+            if self.is_lazy:
+                (G,) = compute(F.T @ F)
+                self._gram = np.asarray(G, np.float64)
+            else:
+                self._gram = factor_gram(F)
+        return self._gram
+
+    def matmul(self, P: Any) -> Any:
+        """``K @ P`` for P (n × k); for a factor, ``F (F^T P)`` with F^T P computed small."""
+        if self.factor is None:
+            return self.K @ P
+        F = self.factor.F
+        (FtP,) = compute(F.T @ P)
+        return F @ np.asarray(FtP)
+
+    def objective_terms(self, P: Any) -> tuple[Any, Any]:
+        """Lazy ``(tr(P^T K P), ||P^T P||_F^2)``."""
+        if self.factor is None:
+            quad = (P * (self.K @ P)).sum()
+        else:
+            F = self.factor.F
+            # in F's precision: a float64 P would upcast all of a float32 F
+            FtP = F.T @ P.astype(F.dtype, copy=False)
+            quad = (FtP * FtP).sum(dtype=np.float64)
+        PtP = P.T @ P
+        return quad, (PtP * PtP).sum()
+
+    def frobenius2(self) -> float:
+        if self.factor is None:
+            (v,) = compute((self.K * self.K).sum())
+        else:
+            v = np.sum(self.gram() ** 2)
+        return float(v)
+
+
+def similarity_operator(
+    X: Any, kind: str, *, gamma: float | None, n_landmarks: int, rng: np.random.Generator
+) -> SimilarityOperator:
+    """The similarity ``kind`` of the rows of X (validated by the caller), or X itself when
+    ``kind == "precomputed"``: dense below ``_EXACT_RBF_MAX`` samples for RBF, a factor
+    otherwise (persisted for dask input: the solvers read it many times)."""
+    if kind == "precomputed":
+        K = X
+        if K.shape[0] != K.shape[1]:
+            raise ValueError(f"a precomputed similarity must be square, got shape {K.shape}.")
+        if not is_dask(K) and not np.allclose(K, K.T, atol=1e-8 * max(1.0, np.abs(K).max())):
+            raise ValueError("the precomputed similarity matrix is not symmetric.")
+        return SimilarityOperator(n=K.shape[0], K=K)
+    if not is_dask(X):
+        bad = np.flatnonzero(~np.any(X != 0, axis=1))
+        if bad.size and kind in ("cosine", "shifted_cosine"):
+            raise ValueError(
+                f"{bad.size} sample(s) are all-zero (first: row {bad[0]}); their cosine "
+                "similarity is undefined. Drop or mask them first."
+            )
+    if kind == "rbf" and not is_dask(X) and X.shape[0] <= _EXACT_RBF_MAX:
+        g = median_bandwidth(X, random_state=rng) if gamma is None else float(gamma)
+        return SimilarityOperator(n=X.shape[0], K=rbf_kernel(X, X, g), gamma=g)
+    fac = gram_factor(X, kind, gamma=gamma, n_landmarks=n_landmarks, random_state=rng)
+    F = fac.F.persist() if is_dask(fac.F) else fac.F
+    fac = SimilarityFactor(F, fac.kind, fac.gamma)
+    return SimilarityOperator(n=X.shape[0], factor=fac, gamma=fac.gamma)
 
 
 def unit_rows(X: Any) -> Any:

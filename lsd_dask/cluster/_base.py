@@ -5,7 +5,10 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
+
+from .._validation import check_array, check_n_clusters, check_random_state
 
 __all__ = ["ClusterBase", "check_params"]
 
@@ -19,13 +22,28 @@ class ClusterBase(ClusterMixin, BaseEstimator):
     """scikit-learn estimator base: ``get_params``/``set_params``, ``fit_predict``.
 
     Subclasses declare ``_parameter_constraints`` (name -> tuple of allowed values, a type,
-    or a ``(type, low, high)`` interval) checked once at the start of ``fit``.
+    or a ``(type, low, high)`` interval) for their own parameters; ``n_clusters`` and
+    ``random_state``, which every estimator takes, are declared here. ``fit`` starts with
+    :meth:`_validate_fit`, which checks them all once.
     """
 
+    _shared_constraints: dict[str, Any] = {
+        "n_clusters": [("int", 1, None)],
+        "random_state": [None, numbers.Integral, np.random.Generator],
+    }
     _parameter_constraints: dict[str, Any] = {}
 
     def _check_params(self) -> None:
-        check_params(self, self._parameter_constraints)
+        check_params(self, {**self._shared_constraints, **self._parameter_constraints})
+
+    def _validate_fit(self, X: Any, *, name: str = "X") -> tuple[Any, int, np.random.Generator]:
+        """Check the parameters and X; returns ``(X, k, rng)``: X as numpy or dask (zarr
+        wrapped lazily), the number of clusters checked against the samples, and the
+        estimator's generator."""
+        self._check_params()
+        X = check_array(X, name=name)
+        k = check_n_clusters(self.n_clusters, X.shape[0])
+        return X, k, check_random_state(self.random_state)
 
     def _check_fitted(self) -> None:
         from sklearn.utils.validation import check_is_fitted

@@ -30,7 +30,6 @@ coefficient of each sample) and the K × d centres.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
-from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask, warn
+from .._validation import check_array, compute, is_dask, warn
 from ..linalg.reductions import cluster_sums, own_centre_projection, rows_like
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features
@@ -116,7 +115,6 @@ class DirectionalClustering(ClusterBase):
     """
 
     _parameter_constraints = {
-        "n_clusters": [("int", 1, None)],
         "update": [frozenset({"pinv", "gradient"})],
         "normalize": [frozenset({"D", "S"}), None],
         "init": [frozenset({"svd", "kmeans++"}), np.ndarray],
@@ -127,7 +125,6 @@ class DirectionalClustering(ClusterBase):
         "spatial_weight": [("real", 0, None)],
         "connectivity": [None, sp.spmatrix, sp.sparray],
         "icm_sweeps": [("int", 1, None)],
-        "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
     def __init__(
@@ -169,9 +166,7 @@ class DirectionalClustering(ClusterBase):
             scaling a feature vector scales its noise, so known noise differences can be
             compensated).
         """
-        self._check_params()
-        X = check_array(X)
-        k = check_n_clusters(self.n_clusters, X.shape[0])
+        X, k, rng = self._validate_fit(X)
         _check_nonzero_rows(X)
         beta = float(self.spatial_weight)
         A = check_connectivity(self.connectivity, X.shape[0]) if beta > 0 else None
@@ -185,7 +180,6 @@ class DirectionalClustering(ClusterBase):
             Xn = Xn * (rows_like(w, Xn)[:, None] if is_dask(Xn) else w[:, None])
         if is_dask(Xn):
             Xn = Xn.rechunk({1: -1}).persist()
-        rng = check_random_state(self.random_state)
         runs = 1 if isinstance(self.init, np.ndarray) else self.n_init
         res = None
         for _ in range(runs):

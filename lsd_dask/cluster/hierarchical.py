@@ -24,7 +24,6 @@ different workers split different leaves; without one, dask's threads do.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +31,12 @@ import dask
 import dask.array as da
 import numpy as np
 
-from .._validation import check_n_clusters, check_random_state, is_dask, warn
+from .._validation import is_dask, warn
 from ..distributed import active_client
-from ..similarity import SIMILARITIES, SimilarityFactor
+from ..similarity import SIMILARITIES, SimilarityFactor, SimilarityOperator, similarity_operator
 from ._base import ClusterBase, _n_features
 from ._refine import REFINE_OPTIONS, refined_labels
-from .lsd import _lsd, _similarity_operator, _SimilarityOperator
+from .lsd import solve_lsd
 
 __all__ = ["HierarchicalLSD"]
 
@@ -97,7 +96,6 @@ class HierarchicalLSD(ClusterBase):
     """
 
     _parameter_constraints = {
-        "n_clusters": [("int", 1, None)],
         "similarity": [frozenset(SIMILARITIES)],
         "gamma": [None, ("real", 0, None)],
         "n_landmarks": [("int", 2, None)],
@@ -105,7 +103,6 @@ class HierarchicalLSD(ClusterBase):
         "split_iter": [("int", 0, None)],
         "refine": [REFINE_OPTIONS, None],
         "refine_iter": [("int", 0, None)],
-        "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
     def __init__(
@@ -133,12 +130,11 @@ class HierarchicalLSD(ClusterBase):
 
     def fit(self, X: Any, y: Any = None) -> HierarchicalLSD:
         """Fit to features X (n_samples × n_features) or a precomputed similarity."""
-        self._check_params()
-        rng = check_random_state(self.random_state)
-        op = _similarity_operator(
+        name = "similarity matrix" if self.similarity == "precomputed" else "X"
+        X, k, rng = self._validate_fit(X, name=name)
+        op = similarity_operator(
             X, self.similarity, gamma=self.gamma, n_landmarks=self.n_landmarks, rng=rng
         )
-        k = check_n_clusters(self.n_clusters, op.n)
         data = op.K if op.factor is None else op.factor.F
         dense = op.factor is None
         chunks = data.chunks[0] if is_dask(data) else None
@@ -256,12 +252,12 @@ def _split_leaf(
     """Two-way LSD of the samples ``idx``, polished by ``split_iter`` two-means steps;
     None when the leaf cannot be split."""
     if dense:
-        op = _SimilarityOperator(n=idx.size, K=data[np.ix_(idx, idx)])
+        op = SimilarityOperator(n=idx.size, K=data[np.ix_(idx, idx)])
     else:
-        op = _SimilarityOperator(n=idx.size, factor=SimilarityFactor(data[idx], "leaf"))
+        op = SimilarityOperator(n=idx.size, factor=SimilarityFactor(data[idx], "leaf"))
     try:
         with np.errstate(all="ignore"):
-            res = _lsd(
+            res = solve_lsd(
                 op,
                 2,
                 solver="rotation",

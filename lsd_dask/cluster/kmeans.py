@@ -15,7 +15,6 @@ in Blumensath's comparison.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import dask.array as da
@@ -24,7 +23,7 @@ import scipy.sparse as sp
 from sklearn.cluster import KMeans as _SkKMeans
 from sklearn.exceptions import ConvergenceWarning
 
-from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask, warn
+from .._validation import check_array, compute, is_dask, warn
 from ..linalg.reductions import cluster_sums, own_centre_projection
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features
@@ -34,10 +33,8 @@ from ._spatial import check_connectivity, potts_phase
 __all__ = ["KMeans", "SphericalKMeans", "KEVD"]
 
 _COMMON = {
-    "n_clusters": [("int", 1, None)],
     "max_iter": [("int", 1, None)],
     "tol": [("real", 0, None)],
-    "random_state": [None, numbers.Integral, np.random.Generator],
 }
 
 
@@ -60,10 +57,8 @@ class _Lloyd(ClusterBase):
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any = None) -> _Lloyd:
-        self._check_params()
-        X = self._prepare(check_array(X))
-        k = check_n_clusters(self.n_clusters, X.shape[0])
-        rng = check_random_state(self.random_state)
+        X, k, rng = self._validate_fit(X)
+        X = self._prepare(X)
         if isinstance(self.init, np.ndarray):
             C = np.asarray(self.init, np.float64)
             if C.shape != (k, X.shape[1]):
@@ -176,9 +171,7 @@ class KMeans(ClusterBase):
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any = None) -> KMeans:
-        self._check_params()
-        X = check_array(X)
-        check_n_clusters(self.n_clusters, X.shape[0])
+        X, _, _ = self._validate_fit(X)
         self.n_features_in_ = _n_features(X)
         seed = self.random_state
         if isinstance(seed, np.random.Generator):

@@ -20,8 +20,7 @@ most 3000 samples.
 
 from __future__ import annotations
 
-import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
@@ -29,28 +28,18 @@ import numpy as np
 
 from .._validation import (
     ClippedEigenvalueWarning,
-    check_array,
-    check_n_clusters,
-    check_random_state,
     compute,
     is_dask,
     warn,
 )
-from ..linalg.eigen import (
-    factor_gram,
-    factor_route,
-    top_eigenpairs,
-    top_eigenpairs_from_factor,
-)
 from ..linalg.rotations import procrustes_about_axis, rotate_givens
 from ..linalg.simplex import project_rows_simplex
-from ..similarity import SIMILARITIES, SimilarityFactor, gram_factor, median_bandwidth, rbf_kernel
+from ..similarity import SIMILARITIES, SimilarityFactor, SimilarityOperator, similarity_operator
 from ._base import ClusterBase, _n_features
 from ._refine import REFINE_OPTIONS, refined_labels
 
-__all__ = ["LSD", "lsd_scale", "max_clusters"]
+__all__ = ["LSD", "LSDResult", "lsd_scale", "max_clusters", "solve_lsd"]
 
-_EXACT_RBF_MAX = 3000
 _OBJ_EVERY = 10
 _TINY = 1e-8
 
@@ -123,7 +112,6 @@ class LSD(ClusterBase):
     """
 
     _parameter_constraints = {
-        "n_clusters": [("int", 1, None)],
         "solver": [frozenset({"rotation", "multiplicative"})],
         "similarity": [frozenset(SIMILARITIES)],
         "gamma": [None, ("real", 0, None)],
@@ -133,7 +121,6 @@ class LSD(ClusterBase):
         "rotation_sample": [None, ("int", 2, None)],
         "refine": [REFINE_OPTIONS, None],
         "refine_iter": [("int", 0, None)],
-        "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
     def __init__(
@@ -165,17 +152,16 @@ class LSD(ClusterBase):
 
     def fit(self, X: Any, y: Any = None) -> LSD:
         """Fit LSD to features X (n_samples × n_features) or a precomputed similarity."""
-        self._check_params()
-        rng = check_random_state(self.random_state)
-        op = _similarity_operator(
+        name = "similarity matrix" if self.similarity == "precomputed" else "X"
+        X, k, rng = self._validate_fit(X, name=name)
+        op = similarity_operator(
             X, self.similarity, gamma=self.gamma, n_landmarks=self.n_landmarks, rng=rng
         )
-        k = check_n_clusters(self.n_clusters, op.n)
         refining = (
             self.refine is not None and self.similarity != "precomputed" and self.refine_iter > 0
         )
         max_iter = self.max_iter if self.max_iter is not None else (25 if refining else 100)
-        res = _lsd(
+        res = solve_lsd(
             op,
             k,
             solver=self.solver,
@@ -218,102 +204,11 @@ def lsd_scale(eigvals: np.ndarray, ones_proj: np.ndarray) -> float:
     return float(np.sum(np.asarray(ones_proj, np.float64) ** 2 / eigvals) / eigvals.size)
 
 
-# --------------------------------------------------------------------------- operator
-
-
-@dataclass
-class _SimilarityOperator:
-    """K as a dense matrix or a factor; only the products the solvers need."""
-
-    n: int
-    K: Any = None  # dense (numpy or dask)
-    factor: SimilarityFactor | None = None
-    gamma: float | None = None
-    _gram: np.ndarray | None = field(default=None, repr=False)
-
-    @property
-    def is_lazy(self) -> bool:
-        return is_dask(self.K if self.factor is None else self.factor.F)
-
-    def eigenpairs(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, Any]:
-        if self.factor is not None:
-            F = self.factor.F
-            # the Gram route shares F^T F with frobenius2: computed once
-            gram = None if is_dask(F) or factor_route(F.shape, k) != "gram" else self.gram()
-            return top_eigenpairs_from_factor(F, k, random_state=rng, gram=gram)
-        return top_eigenpairs(self.K, k, random_state=rng)
-
-    def gram(self) -> np.ndarray:
-        """``F^T F`` (r × r, float64), computed once."""
-        if self._gram is None:
-            F = self.factor.F
-            if self.is_lazy:
-                (G,) = compute(F.T @ F)
-                self._gram = np.asarray(G, np.float64)
-            else:
-                self._gram = factor_gram(F)
-        return self._gram
-
-    def matmul(self, P: Any) -> Any:
-        """``K @ P`` for P (n × k); for a factor, ``F (F^T P)`` with F^T P computed small."""
-        if self.factor is None:
-            return self.K @ P
-        F = self.factor.F
-        (FtP,) = compute(F.T @ P)
-        return F @ np.asarray(FtP)
-
-    def objective_terms(self, P: Any) -> tuple[Any, Any]:
-        """Lazy ``(tr(P^T K P), ||P^T P||_F^2)``."""
-        if self.factor is None:
-            quad = (P * (self.K @ P)).sum()
-        else:
-            F = self.factor.F
-            # in F's precision: a float64 P would upcast all of a float32 F
-            FtP = F.T @ P.astype(F.dtype, copy=False)
-            quad = (FtP * FtP).sum(dtype=np.float64)
-        PtP = P.T @ P
-        return quad, (PtP * PtP).sum()
-
-    def frobenius2(self) -> float:
-        if self.factor is None:
-            (v,) = compute((self.K * self.K).sum())
-        else:
-            v = np.sum(self.gram() ** 2)
-        return float(v)
-
-
-def _similarity_operator(
-    X: Any, kind: str, *, gamma: float | None, n_landmarks: int, rng: np.random.Generator
-) -> _SimilarityOperator:
-    if kind == "precomputed":
-        K = check_array(X, name="similarity matrix")
-        if K.shape[0] != K.shape[1]:
-            raise ValueError(f"a precomputed similarity must be square, got shape {K.shape}.")
-        if not is_dask(K) and not np.allclose(K, K.T, atol=1e-8 * max(1.0, np.abs(K).max())):
-            raise ValueError("the precomputed similarity matrix is not symmetric.")
-        return _SimilarityOperator(n=K.shape[0], K=K)
-    X = check_array(X, min_samples=1)
-    if not is_dask(X):
-        bad = np.flatnonzero(~np.any(X != 0, axis=1))
-        if bad.size and kind in ("cosine", "shifted_cosine"):
-            raise ValueError(
-                f"{bad.size} sample(s) are all-zero (first: row {bad[0]}); their cosine "
-                "similarity is undefined. Drop or mask them first."
-            )
-    if kind == "rbf" and not is_dask(X) and X.shape[0] <= _EXACT_RBF_MAX:
-        g = median_bandwidth(X, random_state=rng) if gamma is None else float(gamma)
-        return _SimilarityOperator(n=X.shape[0], K=rbf_kernel(X, X, g), gamma=g)
-    fac = gram_factor(X, kind, gamma=gamma, n_landmarks=n_landmarks, random_state=rng)
-    F = fac.F.persist() if is_dask(fac.F) else fac.F
-    fac = SimilarityFactor(F, fac.kind, fac.gamma)
-    return _SimilarityOperator(n=X.shape[0], factor=fac, gamma=fac.gamma)
-
-
 # --------------------------------------------------------------------------- solvers
 
 
 @dataclass
-class _LSDResult:
+class LSDResult:
     P: Any  # n × k, rows on the simplex
     scale: float
     objective: float
@@ -322,8 +217,8 @@ class _LSDResult:
     rotation: np.ndarray
 
 
-def _lsd(
-    op: _SimilarityOperator,
+def solve_lsd(
+    op: SimilarityOperator,
     k: int,
     *,
     solver: str,
@@ -332,14 +227,14 @@ def _lsd(
     rng: np.random.Generator,
     score: bool = True,
     rotation_sample: int | None = None,
-) -> _LSDResult:
+) -> LSDResult:
     """LSD of ``op`` into k clusters. ``score=False`` skips ``||K||_F^2`` and the final
     objective (``objective`` is NaN) where no solver step needs them: the closed-form
     k = 2 rotation of each hierarchical split, whose ``||K||_F^2`` costs n r^2."""
     lazy = op.is_lazy
     if k == 1:
         P = da.ones((op.n, 1), chunks=(_row_chunks(op), 1)) if lazy else np.ones((op.n, 1))
-        return _LSDResult(
+        return LSDResult(
             P, 1.0, _objective(op, P, 1.0, op.frobenius2()), 0, np.zeros(1), np.eye(1)
         )
     _check_rank(op, k)
@@ -362,11 +257,11 @@ def _lsd(
         P, n_iter = _multiplicative_solver(op, k, c, fro2, max_iter=max_iter, tol=tol, rng=init_rng)
         R = np.eye(k)
     objective = _objective(op, P, c, fro2) if score else float("nan")
-    return _LSDResult(P, c, objective, n_iter, w, R)
+    return LSDResult(P, c, objective, n_iter, w, R)
 
 
 def _rotation_solver(
-    op: _SimilarityOperator,
+    op: SimilarityOperator,
     M: Any,
     k: int,
     c: float,
@@ -397,7 +292,7 @@ def _rotation_solver(
     if sample is not None and op.factor is not None and op.n > sample:
         idx = np.sort((rng or np.random.default_rng(0)).choice(op.n, sample, replace=False))
         Qs, Fs = compute(Q[idx], op.factor.F[idx])
-        sub = _SimilarityOperator(n=sample, factor=SimilarityFactor(np.asarray(Fs), "sample"))
+        sub = SimilarityOperator(n=sample, factor=SimilarityFactor(np.asarray(Fs), "sample"))
         R, n_iter = rotate_simplex(
             np.asarray(Qs), max_iter=max_iter, tol=tol, op=sub, scale=c, fro2=sub.frobenius2()
         )
@@ -411,7 +306,7 @@ def rotate_simplex(
     *,
     max_iter: int = 100,
     tol: float = 1e-6,
-    op: _SimilarityOperator | None = None,
+    op: SimilarityOperator | None = None,
     scale: float = 1.0,
     fro2: float | None = None,
     history: list[float] | None = None,
@@ -477,7 +372,7 @@ def rotate_simplex(
     return best_R, n_iter
 
 
-def _simplex_stats(Q: Any, R: np.ndarray, op: _SimilarityOperator | None) -> list[Any]:
+def _simplex_stats(Q: Any, R: np.ndarray, op: SimilarityOperator | None) -> list[Any]:
     """One pass over Q: J(R), Y^T Q and (with op) the LSD objective terms of Y."""
     X = Q @ R.T
     Y = project_rows_simplex(X)
@@ -494,13 +389,13 @@ def _obj_from(stats: list[Any], c: float, fro2: float | None) -> float:
     return c * c * float(fro2) - 2.0 * c * quad + pp
 
 
-def _objective(op: _SimilarityOperator, P: Any, c: float, fro2: float) -> float:
+def _objective(op: SimilarityOperator, P: Any, c: float, fro2: float) -> float:
     quad, pp = compute(*op.objective_terms(P))
     return max(c * c * fro2 - 2.0 * c * float(quad) + float(pp), 0.0)
 
 
 def _multiplicative_solver(
-    op: _SimilarityOperator,
+    op: SimilarityOperator,
     k: int,
     c: float,
     fro2: float,
@@ -549,7 +444,7 @@ def max_clusters(similarity: str, n_features: int, n_landmarks: int = 1000) -> i
     return np.iinfo(np.int64).max
 
 
-def _check_rank(op: _SimilarityOperator, k: int) -> None:
+def _check_rank(op: SimilarityOperator, k: int) -> None:
     """Fail before the eigen step when K = F F^T cannot have k positive eigenvalues."""
     if op.factor is None:
         return
@@ -583,6 +478,6 @@ def _clip_eigenvalues(w: np.ndarray, k: int) -> np.ndarray:
     return w
 
 
-def _row_chunks(op: _SimilarityOperator) -> Any:
+def _row_chunks(op: SimilarityOperator) -> Any:
     arr = op.K if op.factor is None else op.factor.F
     return arr.chunks[0] if is_dask(arr) else op.n

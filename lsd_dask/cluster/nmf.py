@@ -13,14 +13,13 @@ K × d factor from K-sized reductions.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import dask.array as da
 import numpy as np
 from scipy.optimize import nnls
 
-from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask
+from .._validation import compute, is_dask
 from ._base import ClusterBase, _n_features
 from .kmeans import KMeans
 
@@ -49,11 +48,9 @@ class NMF(ClusterBase):
     """
 
     _parameter_constraints = {
-        "n_clusters": [("int", 1, None)],
         "solver": [frozenset({"als", "mu"})],
         "max_iter": [("int", 1, None)],
         "tol": [("real", 0, None)],
-        "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
     def __init__(
@@ -77,13 +74,10 @@ class NMF(ClusterBase):
         return tags
 
     def fit(self, X: Any, y: Any = None) -> NMF:
-        self._check_params()
-        A = check_array(X)
-        k = check_n_clusters(self.n_clusters, A.shape[0])
+        A, k, rng = self._validate_fit(X)
         (amin,) = compute(A.min())
         if float(amin) < 0:
             raise ValueError("Negative values in data passed to NMF; use SemiNMF for signed data.")
-        rng = check_random_state(self.random_state)
         n, d = A.shape
         W0 = rng.random((n, k)) + 0.1
         W = da.from_array(W0, chunks=(A.chunks[0], k)) if is_dask(A) else W0
@@ -145,10 +139,8 @@ class SemiNMF(ClusterBase):
     """
 
     _parameter_constraints = {
-        "n_clusters": [("int", 1, None)],
         "max_iter": [("int", 1, None)],
         "tol": [("real", 0, None)],
-        "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
     def __init__(
@@ -165,10 +157,7 @@ class SemiNMF(ClusterBase):
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any = None) -> SemiNMF:
-        self._check_params()
-        X = check_array(X)
-        k = check_n_clusters(self.n_clusters, X.shape[0])
-        rng = check_random_state(self.random_state)
+        X, k, rng = self._validate_fit(X)
         seed = int(rng.integers(2**31 - 1))
         init = np.asarray(compute(KMeans(k, random_state=seed).fit(X).labels_)[0])
         G0 = np.eye(k)[init] + 0.2

@@ -13,13 +13,12 @@ is gathered first and refused above ``max_samples``).
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._validation import check_array, check_n_clusters, check_random_state, is_dask
+from .._validation import is_dask
 from ..linalg.simplex import project_rows_simplex
 from ._base import ClusterBase, _n_features
 from .kmeans import KMeans
@@ -60,7 +59,6 @@ class SoF(ClusterBase):
     """
 
     _parameter_constraints = {
-        "n_clusters": [("int", 1, None)],
         "n_neighbors": [("int", 1, None)],
         "lambda_init": [("real", 0, None)],
         "mu": [("real", 1.0001, None)],
@@ -68,7 +66,6 @@ class SoF(ClusterBase):
         "step": [("real", 0, None)],
         "max_inner": [("int", 1, None)],
         "max_samples": [("int", 1, None)],
-        "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
     def __init__(
@@ -95,8 +92,7 @@ class SoF(ClusterBase):
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any = None) -> SoF:
-        self._check_params()
-        X = check_array(X)
+        X, k, rng = self._validate_fit(X)
         n = X.shape[0]
         if n > self.max_samples:
             raise ValueError(
@@ -104,10 +100,8 @@ class SoF(ClusterBase):
             )
         if is_dask(X):
             X = X.compute()
-        k = check_n_clusters(self.n_clusters, n)
         if self.n_neighbors >= n:
             raise ValueError(f"n_neighbors={self.n_neighbors} must be below n_samples={n}.")
-        rng = check_random_state(self.random_state)
         P = soft_cluster_matrix(X, self.n_neighbors)
         seed = int(rng.integers(2**31 - 1))
         init = KMeans(k, n_init=1, random_state=seed).fit(X).labels_

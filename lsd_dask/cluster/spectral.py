@@ -13,7 +13,6 @@ mesh or kNN graph); sparse input uses Lanczos.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import dask.array as da
@@ -54,12 +53,10 @@ class SpectralClustering(ClusterBase):
     """
 
     _parameter_constraints = {
-        "n_clusters": [("int", 1, None)],
         "affinity": [frozenset({"rbf", "precomputed"})],
         "sigma": [None, ("real", 0, None)],
         "n_landmarks": [("int", 2, None)],
         "n_init": [("int", 1, None)],
-        "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
     def __init__(

@@ -14,7 +14,6 @@ no seed.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import dask.array as da
@@ -22,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import AgglomerativeClustering
 
-from .._validation import check_array, check_n_clusters, is_dask
+from .._validation import is_dask
 from ._base import ClusterBase, _n_features
 
 __all__ = ["MeshWard"]
@@ -48,9 +47,7 @@ class MeshWard(ClusterBase):
     """
 
     _parameter_constraints = {
-        "n_clusters": [("int", 1, None)],
         "connectivity": [None, sp.spmatrix, sp.sparray, np.ndarray],
-        "random_state": [None, numbers.Integral, np.random.Generator],
     }
 
     def __init__(
@@ -62,9 +59,7 @@ class MeshWard(ClusterBase):
 
     def fit(self, X: Any, y: Any = None) -> MeshWard:
         """Fit to features X (n_samples × n_features)."""
-        self._check_params()
-        X = check_array(X)
-        k = check_n_clusters(self.n_clusters, X.shape[0])
+        X, k, _ = self._validate_fit(X)
         chunks = X.chunks[0] if is_dask(X) else None
         data = np.asarray(X.compute() if is_dask(X) else X)
         conn = self.connectivity

@@ -6,15 +6,9 @@ from sklearn.base import clone
 
 from lsd_dask import metrics
 from lsd_dask.cluster import LSD, HierarchicalLSD
-from lsd_dask.cluster.lsd import (
-    _lsd,
-    _similarity_operator,
-    _SimilarityOperator,
-    lsd_scale,
-    rotate_simplex,
-)
+from lsd_dask.cluster.lsd import lsd_scale, rotate_simplex, solve_lsd
 from lsd_dask.linalg.rotations import rotate_givens
-from lsd_dask.similarity import SimilarityFactor
+from lsd_dask.similarity import SimilarityFactor, SimilarityOperator, similarity_operator
 from lsd_dask.testing import brain_grid, lsdable_similarity
 
 
@@ -51,8 +45,8 @@ def test_lsdable_from_features_equals_precomputed(k):
     assert metrics.ari(a.labels_, d.labels) == 1.0
     # the same K given as its factor F = P^T (K = F F^T, never formed): the solver's
     # factor path recovers the planted clustering too, with the same objective
-    op = _SimilarityOperator(n=d.K.shape[0], factor=SimilarityFactor(d.features, "factor"))
-    res = _lsd(op, k, solver="rotation", max_iter=2000, tol=0, rng=np.random.default_rng(0))
+    op = SimilarityOperator(n=d.K.shape[0], factor=SimilarityFactor(d.features, "factor"))
+    res = solve_lsd(op, k, solver="rotation", max_iter=2000, tol=0, rng=np.random.default_rng(0))
     assert metrics.ari(res.P.argmax(axis=1), d.labels) == 1.0
     assert res.objective == pytest.approx(a.objective_, abs=1e-8 * np.sum(d.K**2))
 
@@ -61,7 +55,7 @@ def test_rotate_simplex_never_increases_J(rng):
     # a non-LSDable input: noisy points on the simplex plane
     X, lab, _ = brain_grid(snr_db=-3, n_features=20, n_regions=6, shape=(16, 16), random_state=1)
     for k in (3, 5, 6):
-        op = _similarity_operator(X, "shifted_cosine", gamma=None, n_landmarks=10, rng=rng)
+        op = similarity_operator(X, "shifted_cosine", gamma=None, n_landmarks=10, rng=rng)
         w, V = op.eigenpairs(k, rng)
         c = lsd_scale(w, V.sum(axis=0))
         M = V * np.sqrt(c * w)
