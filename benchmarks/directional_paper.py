@@ -24,7 +24,7 @@ import numpy as np
 
 from lsd_dask import metrics
 from lsd_dask.cluster import KEVD, DirectionalClustering, KMeans, SemiNMF, SphericalKMeans
-from lsd_dask.testing import blumensath_dataset, blumensath_table_data, brain_grid
+from lsd_dask.datasets import blumensath_dataset, blumensath_table_data, brain_grid
 
 METHODS = {
     "directional": lambda k, s: DirectionalClustering(k, random_state=s),

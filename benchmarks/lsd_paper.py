@@ -19,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 
 from lsd_dask import metrics
 from lsd_dask.cluster import LSD, HierarchicalLSD
-from lsd_dask.testing import brain_grid, lsdable_similarity
+from lsd_dask.datasets import brain_grid, lsdable_similarity
 
 
 def uci_sets():

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from lsd_dask.cluster import DirectionalClustering, HierarchicalLSD, SphericalKMeans
+from lsd_dask.datasets import brain_grid
 from lsd_dask.distributed import connect, load_cluster_config
-from lsd_dask.testing import brain_grid
 from lsd_dask.testing.processes import ProcessCluster
 
 

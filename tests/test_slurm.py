@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from lsd_dask.cluster import DirectionalClustering
+from lsd_dask.datasets import brain_grid
 from lsd_dask.distributed import connect, load_cluster_config
-from lsd_dask.testing import brain_grid
 
 CONFIG = Path(__file__).resolve().parents[1] / "cluster_configs" / "slurm.yaml"
 

@@ -6,9 +6,21 @@
   extra: ``pip install 'lsd-dask[templates]'``).
 - :func:`realistic_study`: a study on a real mesh with a published atlas as the truth and
   parcel time series correlated like real group connectivity.
+- Seeded synthetic generators with ground truth (:mod:`lsd_dask.datasets.synthetic`):
+  Blumensath's Table I/II data and data sets 1–3, the brain-like grid, LSDable
+  similarities, and the synthetic split-half surface study behind ``lsd-dask synth``.
 """
 
 from .realistic import RealisticStudy, realistic_study
+from .synthetic import (
+    LSDableData,
+    SurfaceStudy,
+    blumensath_dataset,
+    blumensath_table_data,
+    brain_grid,
+    lsdable_similarity,
+    surface_study,
+)
 from .templates import (
     ATLASES,
     TEMPLATES,
@@ -27,4 +39,11 @@ __all__ = [
     "load_group_connectivity",
     "RealisticStudy",
     "realistic_study",
+    "LSDableData",
+    "SurfaceStudy",
+    "blumensath_dataset",
+    "blumensath_table_data",
+    "brain_grid",
+    "lsdable_similarity",
+    "surface_study",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from ..datasets.synthetic import surface_study
 from ..io.surface_files import (
     write_dtseries,
     write_func_gifti,
@@ -17,7 +18,6 @@ from ..io.surface_files import (
     write_zarr_subject,
 )
 from ..surface import two_hemisphere_mesh
-from ..testing.generators import surface_study
 
 __all__ = ["write_study", "synthesize", "synthesize_realistic"]
 
@@ -37,7 +37,7 @@ def write_study(
     (``fmt="zarr"``); ``truth.npy`` (planted
     parcels, 0 = medial wall); ``pipeline.yaml`` listing the subjects and their splits.
 
-    ``study`` is a :class:`~lsd_dask.testing.SurfaceStudy` or a
+    ``study`` is a :class:`~lsd_dask.datasets.SurfaceStudy` or a
     :class:`~lsd_dask.datasets.RealisticStudy`. When it has a ``cortex`` mask, CIFTI files
     leave the other vertices out of their brain models and carry a subcortical block, as
     HCP's files do.

@@ -1,27 +1,11 @@
-"""Seeded generators of synthetic data with known ground truth, and tiny test meshes.
+"""Test helpers: tiny meshes, a real scheduler and workers as separate processes, and
+hypothesis strategies (:mod:`lsd_dask.testing.strategies`, imported on demand, so
+hypothesis is needed only by the tests).
 
-The hypothesis strategies live in :mod:`lsd_dask.testing.strategies` (imported on demand,
-so hypothesis is needed only by the tests).
+The seeded generators with ground truth are a feature, not test code: they live in
+:mod:`lsd_dask.datasets`.
 """
 
-from .generators import (
-    LSDableData,
-    SurfaceStudy,
-    blumensath_dataset,
-    blumensath_table_data,
-    brain_grid,
-    lsdable_similarity,
-    surface_study,
-)
 from .meshes import tiny_two_hemisphere_mesh
 
-__all__ = [
-    "LSDableData",
-    "SurfaceStudy",
-    "blumensath_dataset",
-    "blumensath_table_data",
-    "brain_grid",
-    "lsdable_similarity",
-    "surface_study",
-    "tiny_two_hemisphere_mesh",
-]
+__all__ = ["tiny_two_hemisphere_mesh"]

@@ -6,8 +6,8 @@ from sklearn import datasets
 
 from lsd_dask import metrics
 from lsd_dask.cluster import KEVD, NMF, KMeans, SemiNMF, SoF, SpectralClustering, SphericalKMeans
+from lsd_dask.datasets import blumensath_dataset, brain_grid
 from lsd_dask.surface import grid_adjacency
-from lsd_dask.testing import blumensath_dataset, brain_grid
 
 
 @pytest.fixture(scope="module")

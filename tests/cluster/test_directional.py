@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from lsd_dask import metrics
 from lsd_dask.cluster import DirectionalClustering, directional_assign, select_n_clusters
-from lsd_dask.testing import blumensath_dataset, blumensath_table_data, brain_grid
+from lsd_dask.datasets import blumensath_dataset, blumensath_table_data, brain_grid
 
 
 def test_paper_2d_example_goes_to_d3():

@@ -7,9 +7,9 @@ from sklearn.base import clone
 from lsd_dask import metrics
 from lsd_dask.cluster import LSD, HierarchicalLSD
 from lsd_dask.cluster.lsd import lsd_scale, rotate_simplex, solve_lsd
+from lsd_dask.datasets import brain_grid, lsdable_similarity
 from lsd_dask.linalg.rotations import rotate_givens
 from lsd_dask.similarity import SimilarityFactor, SimilarityOperator, similarity_operator
-from lsd_dask.testing import brain_grid, lsdable_similarity
 
 
 def _match(P, P_true):

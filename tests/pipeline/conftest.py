@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from lsd_dask.datasets import SurfaceStudy, surface_study
 from lsd_dask.pipeline import write_study
 from lsd_dask.surface import two_hemisphere_mesh
-from lsd_dask.testing import SurfaceStudy, surface_study
 from lsd_dask.testing.processes import ProcessCluster
 
 

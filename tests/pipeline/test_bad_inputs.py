@@ -25,10 +25,10 @@ import yaml
 from click.testing import CliRunner
 
 from lsd_dask import cli
+from lsd_dask.datasets import surface_study
 from lsd_dask.io.surface_files import write_func_gifti
 from lsd_dask.pipeline import write_study
 from lsd_dask.surface import two_hemisphere_mesh
-from lsd_dask.testing import surface_study
 
 N_LEFT, N_RIGHT = 252, 362  # two_hemisphere_mesh(5, 6)
 T = 40

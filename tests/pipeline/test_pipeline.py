@@ -12,9 +12,9 @@ import yaml
 from click.testing import CliRunner
 
 from lsd_dask import cli, metrics
+from lsd_dask.datasets import surface_study
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.surface import two_hemisphere_mesh
-from lsd_dask.testing import surface_study
 
 
 def _config(folder, **over):

@@ -15,8 +15,8 @@ import scipy.ndimage as ndi
 import scipy.sparse as sp
 
 from .._validation import check_random_state
-from ..datasets._study import SplitStudy
 from ..surface import Mesh, combine_meshes, grid_adjacency, grow_regions, smooth_on_mesh
+from ._study import SplitStudy
 
 __all__ = [
     "blumensath_table_data",

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from lsd_dask import surface as S
-from lsd_dask.testing import (
+from lsd_dask.datasets import (
     blumensath_dataset,
     blumensath_table_data,
     brain_grid,
