@@ -78,7 +78,7 @@ def main() -> None:
                         else:
                             est = HierarchicalLSD(k).fit(Xd)
                             iters = len(est.tree_)
-                        labels = np.asarray(est.labels_.compute())
+                        labels = est.labels_
                         wall = time.perf_counter() - t0
                     times[(method, k, w)] = wall
                     print(

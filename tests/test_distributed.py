@@ -49,7 +49,7 @@ def test_iterative_clusterers_match_local(proc_cluster, grid, cls):
     with connect(proc_cluster.address, log=None) as client:
         client.wait_for_workers(2, timeout=60)
         Xd = da.from_array(X, chunks=(576, 40))
-        remote = cls(12, random_state=1).fit(Xd).labels_.compute()
+        remote = cls(12, random_state=1).fit(Xd).labels_
     np.testing.assert_array_equal(local, remote)
 
 
@@ -88,7 +88,7 @@ def test_worker_killed_mid_fit(tmp_path, grid):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 est = DirectionalClustering(12, **kw).fit(da.from_array(X, chunks=(2304, 40)))
-            labels = est.labels_.compute()
+            labels = est.labels_
             killer.join()
             assert victim.poll() is not None, "the worker was not killed during the fit"
             assert time.time() - t0 > 2.0, "the fit ended before the worker was killed"

@@ -52,7 +52,7 @@ def test_directional_on_slurm_workers(slurm, tmp_path, monkeypatch):
         ).stdout
         assert jobs.count("RUNNING") >= 2, jobs
         remote = DirectionalClustering(10, random_state=0).fit(da.from_array(X, chunks=(400, 30)))
-        labels = remote.labels_.compute()
+        labels = remote.labels_
         hosts = {w["host"] for w in client.scheduler_info()["workers"].values()}
         assert hosts == {"127.0.0.1"}
     np.testing.assert_array_equal(labels, local)

@@ -10,7 +10,19 @@ from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._validation import check_array, check_n_clusters, check_random_state
 
-__all__ = ["ClusterBase", "check_params"]
+__all__ = ["ClusterBase", "check_params", "eager_labels"]
+
+
+def eager_labels(labels: Any) -> np.ndarray:
+    """Labels as numpy int64, computed if lazy.
+
+    The package's array-kind policy: ``labels_`` (n integers) is always numpy, small and
+    eager, whatever the input; arrays of n × k (probabilities, weights) stay lazy for dask
+    input and each estimator's Attributes section says so.
+    """
+    if hasattr(labels, "compute"):
+        labels = labels.compute()
+    return np.asarray(labels, dtype=np.int64)
 
 
 def _n_features(X: Any) -> int:

@@ -41,7 +41,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._validation import check_array, compute, is_dask, warn
 from ..linalg.reductions import cluster_sums, own_centre_projection, rows_like
 from ..similarity import unit_rows
-from ._base import ClusterBase, _n_features
+from ._base import ClusterBase, _n_features, eager_labels
 from ._init import kmeanspp_rows
 from ._spatial import check_connectivity, potts_phase
 
@@ -101,7 +101,8 @@ class DirectionalClustering(ClusterBase):
 
     Attributes
     ----------
-    labels_ : ndarray or dask array of shape (n_samples,)
+    labels_ : ndarray of shape (n_samples,)
+        Always numpy int64 (n integers: small and eager), whatever X is.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         D (unit rows with ``normalize="D"``).
     coefficients_ : ndarray of shape (n_samples,)
@@ -206,9 +207,7 @@ class DirectionalClustering(ClusterBase):
             res, self.spatial_cost_history_ = _potts(
                 Xn, res, k, A, beta, self.normalize, sweeps=self.icm_sweeps, max_iter=self.max_iter
             )
-        self.labels_ = (
-            da.from_array(res.labels, chunks=(Xn.chunks[0],)) if is_dask(Xn) else res.labels
-        )
+        self.labels_ = eager_labels(res.labels)
         self.n_features_in_ = _n_features(X)
         self.cluster_centers_ = res.D
         self.coefficients_ = res.sbar

@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import dask
-import dask.array as da
 import numpy as np
 
 from .._validation import is_dask, warn
 from ..distributed import active_client
 from ..similarity import SIMILARITIES, SimilarityFactor, SimilarityOperator, similarity_operator
-from ._base import ClusterBase, _n_features
+from ._base import ClusterBase, _n_features, eager_labels
 from ._refine import REFINE_OPTIONS, refined_labels
 from .lsd import solve_lsd
 
@@ -83,9 +82,10 @@ class HierarchicalLSD(ClusterBase):
 
     Attributes
     ----------
-    labels_ : ndarray or dask array of shape (n_samples,)
+    labels_ : ndarray of shape (n_samples,)
+        Always numpy int64 (n integers: small and eager), whatever X is.
         The refined partition, or ``leaf_labels_`` when no refinement ran.
-    leaf_labels_ : ndarray or dask array of shape (n_samples,)
+    leaf_labels_ : ndarray of shape (n_samples,)
         Leaves numbered in the order they were created.
     tree_ : list of Split
         The splits in the greedy order.
@@ -137,7 +137,6 @@ class HierarchicalLSD(ClusterBase):
         )
         data = op.K if op.factor is None else op.factor.F
         dense = op.factor is None
-        chunks = data.chunks[0] if is_dask(data) else None
         if is_dask(data):
             data = data.compute()  # leaves index arbitrary rows: one in-memory copy
         labels, tree, w = _divisive(
@@ -146,7 +145,7 @@ class HierarchicalLSD(ClusterBase):
         self.tree_ = tree
         self.leaf_similarity_ = w
         self.n_clusters_ = int(w.size)
-        self.leaf_labels_ = da.from_array(labels, chunks=chunks) if chunks is not None else labels
+        self.leaf_labels_ = labels
         refined = refined_labels(
             self.refine,
             self.similarity,
@@ -156,7 +155,7 @@ class HierarchicalLSD(ClusterBase):
             max_iter=self.refine_iter,
             random_state=rng,
         )
-        self.labels_ = self.leaf_labels_ if refined is None else refined
+        self.labels_ = self.leaf_labels_ if refined is None else eager_labels(refined)
         self.n_features_in_ = _n_features(X)
         self.gamma_ = op.gamma
         return self

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans as _SkKMeans
@@ -26,7 +25,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._validation import check_array, compute, is_dask, warn
 from ..linalg.reductions import cluster_sums, own_centre_projection
 from ..similarity import unit_rows
-from ._base import ClusterBase, _n_features
+from ._base import ClusterBase, _n_features, eager_labels
 from ._init import kmeanspp_rows
 from ._spatial import check_connectivity, potts_phase
 
@@ -105,7 +104,7 @@ class _Lloyd(ClusterBase):
             C = state["C"]
             n_iter += n_potts
         self.cluster_centers_ = C
-        self.labels_ = da.from_array(labels, chunks=(X.chunks[0],)) if is_dask(X) else labels
+        self.labels_ = eager_labels(labels)
         self.n_features_in_ = _n_features(X)
         self.n_iter_ = n_iter
         return self
@@ -139,18 +138,46 @@ class _Lloyd(ClusterBase):
 
 
 class KMeans(ClusterBase):
-    """Euclidean k-means: scikit-learn on numpy input, Lloyd iterations on dask input.
+    """Euclidean k-means: scikit-learn's on numpy input, the same algorithm out of core on
+    dask input.
+
+    Both run Lloyd iterations from greedy k-means++ seeding, ``n_init`` times, and keep the
+    run of lowest inertia. On numpy input that is :class:`sklearn.cluster.KMeans` itself
+    (``algorithm="lloyd"``). On dask input each iteration is one pass over X's row blocks
+    (the n × K distances are never held), and k-means++ seeds from a seeded subsample of
+    the rows (:func:`lsd_dask.cluster._init.kmeanspp_rows`): so the two kinds of input
+    reach the same partition on well-separated data, but not the same random draws.
 
     Parameters
     ----------
     n_clusters : int, default=8
     n_init : int, default=1
-        Restarts (numpy input only, passed to scikit-learn).
-    max_iter, tol, random_state : as scikit-learn's.
+        Runs from different seedings; the one with the lowest inertia is kept.
+    max_iter, tol : as scikit-learn's.
+    random_state : int, Generator or None
+        Seeds every run.
 
     Attributes
     ----------
-    labels_, cluster_centers_, n_iter_
+    labels_ : ndarray of shape (n_samples,)
+        Always numpy int64.
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+    inertia_ : float
+        Sum of squared distances of the samples to their centres.
+    n_iter_ : int
+        Iterations of the kept run.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import numpy as np
+    >>> from lsd_dask.cluster import KMeans
+    >>> from lsd_dask.metrics import ari
+    >>> X = np.array([[0.0, 0.1], [0.1, 0.0], [5.0, 5.1], [5.1, 5.0], [9.0, 0.0], [9.1, 0.1]])
+    >>> a = KMeans(3, random_state=0).fit(X).labels_
+    >>> b = KMeans(3, n_init=3, random_state=0).fit(da.from_array(X, chunks=2)).labels_
+    >>> float(ari(a, b)), type(b).__name__
+    (1.0, 'ndarray')
     """
 
     _parameter_constraints = {**_COMMON, "n_init": [("int", 1, None)]}
@@ -171,11 +198,13 @@ class KMeans(ClusterBase):
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any = None) -> KMeans:
-        X, _, _ = self._validate_fit(X)
+        X, _, rng = self._validate_fit(X)
         self.n_features_in_ = _n_features(X)
-        seed = self.random_state
-        if isinstance(seed, np.random.Generator):
-            seed = int(seed.integers(2**31 - 1))
+        seed = (
+            int(rng.integers(2**31 - 1))
+            if isinstance(self.random_state, np.random.Generator)
+            else self.random_state
+        )
         if not is_dask(X):
             km = _SkKMeans(
                 self.n_clusters,
@@ -184,20 +213,27 @@ class KMeans(ClusterBase):
                 tol=self.tol,
                 random_state=seed,
             ).fit(X)
-            self.labels_, self.cluster_centers_, self.n_iter_ = (
-                km.labels_,
+            self.labels_ = eager_labels(km.labels_)
+            self.cluster_centers_, self.inertia_, self.n_iter_ = (
                 km.cluster_centers_,
+                float(km.inertia_),
                 km.n_iter_,
             )
             return self
-        lloyd = _EuclideanLloyd(
-            self.n_clusters, max_iter=self.max_iter, tol=self.tol, random_state=seed
-        ).fit(X)
+        best = None
+        for run_seed in np.random.default_rng(seed).integers(2**31 - 1, size=self.n_init):
+            lloyd = _EuclideanLloyd(
+                self.n_clusters, max_iter=self.max_iter, tol=self.tol, random_state=int(run_seed)
+            ).fit(X)
+            # the last assignment's sum of squared distances: the run's inertia
+            if best is None or lloyd.inertia_history_[-1] < best.inertia_history_[-1]:
+                best = lloyd
         self.labels_, self.cluster_centers_, self.n_iter_ = (
-            lloyd.labels_,
-            lloyd.cluster_centers_,
-            lloyd.n_iter_,
+            best.labels_,
+            best.cluster_centers_,
+            best.n_iter_,
         )
+        self.inertia_ = float(best.inertia_history_[-1])
         return self
 
     def predict(self, X: Any) -> Any:

@@ -35,7 +35,7 @@ from .._validation import (
 from ..linalg.rotations import procrustes_about_axis, rotate_givens
 from ..linalg.simplex import project_rows_simplex
 from ..similarity import SIMILARITIES, SimilarityFactor, SimilarityOperator, similarity_operator
-from ._base import ClusterBase, _n_features
+from ._base import ClusterBase, _n_features, eager_labels
 from ._refine import REFINE_OPTIONS, refined_labels
 
 __all__ = ["LSD", "LSDResult", "lsd_scale", "max_clusters", "solve_lsd"]
@@ -93,9 +93,10 @@ class LSD(ClusterBase):
 
     Attributes
     ----------
-    labels_ : ndarray or dask array of shape (n_samples,)
+    labels_ : ndarray of shape (n_samples,)
+        Always numpy int64 (n integers: small and eager), whatever X is.
         The refined partition, or ``lsd_labels_`` when no refinement ran.
-    lsd_labels_ : ndarray or dask array of shape (n_samples,)
+    lsd_labels_ : ndarray of shape (n_samples,)
         ``argmax`` of P over clusters: the paper's hard labels.
     probabilities_ : ndarray or dask array of shape (n_clusters, n_samples)
         Left-stochastic P.
@@ -171,7 +172,7 @@ class LSD(ClusterBase):
             rotation_sample=self.rotation_sample,
         )
         self.probabilities_ = res.P.T
-        self.lsd_labels_ = res.P.argmax(axis=1)
+        self.lsd_labels_ = eager_labels(res.P.argmax(axis=1))
         refined = refined_labels(
             self.refine,
             self.similarity,
@@ -181,7 +182,7 @@ class LSD(ClusterBase):
             max_iter=self.refine_iter,
             random_state=rng,
         )
-        self.labels_ = self.lsd_labels_ if refined is None else refined
+        self.labels_ = self.lsd_labels_ if refined is None else eager_labels(refined)
         self.n_features_in_ = _n_features(X)
         self.scale_ = res.scale
         self.objective_ = res.objective

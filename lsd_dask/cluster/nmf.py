@@ -20,7 +20,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from .._validation import compute, is_dask
-from ._base import ClusterBase, _n_features
+from ._base import ClusterBase, _n_features, eager_labels
 from .kmeans import KMeans
 
 __all__ = ["NMF", "SemiNMF"]
@@ -112,7 +112,7 @@ class NMF(ClusterBase):
             prev = err
         self.weights_ = W
         self.components_ = H
-        self.labels_ = W.argmax(axis=1)
+        self.labels_ = eager_labels(W.argmax(axis=1))
         self.n_features_in_ = _n_features(A)
         self.reconstruction_err_ = err
         self.n_iter_ = n_iter
@@ -159,7 +159,7 @@ class SemiNMF(ClusterBase):
     def fit(self, X: Any, y: Any = None) -> SemiNMF:
         X, k, rng = self._validate_fit(X)
         seed = int(rng.integers(2**31 - 1))
-        init = np.asarray(compute(KMeans(k, random_state=seed).fit(X).labels_)[0])
+        init = KMeans(k, random_state=seed).fit(X).labels_
         G0 = np.eye(k)[init] + 0.2
         G = da.from_array(G0, chunks=(X.chunks[0], k)) if is_dask(X) else G0
         (x2,) = compute((X * X).sum())
@@ -183,7 +183,7 @@ class SemiNMF(ClusterBase):
             prev = err
         self.weights_ = G
         self.components_ = Ft
-        self.labels_ = G.argmax(axis=1)
+        self.labels_ = eager_labels(G.argmax(axis=1))
         self.n_features_in_ = _n_features(X)
         self.n_iter_ = n_iter
         return self

@@ -20,7 +20,7 @@ from scipy.spatial.distance import cdist
 
 from .._validation import is_dask
 from ..linalg.simplex import project_rows_simplex
-from ._base import ClusterBase, _n_features
+from ._base import ClusterBase, _n_features, eager_labels
 from .kmeans import KMeans
 
 __all__ = ["SoF"]
@@ -117,7 +117,7 @@ class SoF(ClusterBase):
         )
         probs = project_rows_simplex(W)
         self.probabilities_ = probs
-        self.labels_ = probs.argmax(axis=1)
+        self.labels_ = eager_labels(probs.argmax(axis=1))
         self.n_features_in_ = _n_features(X)
         with np.errstate(divide="ignore", invalid="ignore"):
             ent = -np.sum(np.where(probs > 0, probs * np.log(probs), 0.0), axis=1)

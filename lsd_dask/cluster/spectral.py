@@ -23,7 +23,7 @@ from scipy.sparse.linalg import eigsh
 from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask
 from ..linalg.eigen import top_eigenpairs, top_eigenpairs_from_factor
 from ..similarity import gram_factor, median_bandwidth, rbf_kernel, unit_rows
-from ._base import ClusterBase, _n_features
+from ._base import ClusterBase, _n_features, eager_labels
 from .kmeans import KMeans
 
 __all__ = ["SpectralClustering"]
@@ -112,7 +112,7 @@ class SpectralClustering(ClusterBase):
         Y = unit_rows(Y)
         seed = int(rng.integers(2**31 - 1))
         km = KMeans(k, n_init=self.n_init, random_state=seed).fit(Y)
-        self.labels_ = km.labels_
+        self.labels_ = eager_labels(km.labels_)
         self.n_features_in_ = _n_features(X)
         self.embedding_ = Y
         self.eigenvalues_ = w

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import AgglomerativeClustering
@@ -40,8 +39,8 @@ class MeshWard(ClusterBase):
 
     Attributes
     ----------
-    labels_ : ndarray or dask array of shape (n_samples,)
-        Of the same kind as X.
+    labels_ : ndarray of shape (n_samples,)
+        Always numpy int64, whatever X is.
     n_connected_components_ : int
         Pieces of the connectivity graph (scikit-learn joins pieces when there are several).
     """
@@ -60,7 +59,6 @@ class MeshWard(ClusterBase):
     def fit(self, X: Any, y: Any = None) -> MeshWard:
         """Fit to features X (n_samples × n_features)."""
         X, k, _ = self._validate_fit(X)
-        chunks = X.chunks[0] if is_dask(X) else None
         data = np.asarray(X.compute() if is_dask(X) else X)
         conn = self.connectivity
         if conn is not None and conn.shape != (data.shape[0], data.shape[0]):
@@ -71,6 +69,6 @@ class MeshWard(ClusterBase):
         model = AgglomerativeClustering(n_clusters=k, linkage="ward", connectivity=conn)
         labels = model.fit(data).labels_.astype(np.int64)
         self.n_connected_components_ = int(getattr(model, "n_connected_components_", 1))
-        self.labels_ = da.from_array(labels, chunks=chunks) if chunks is not None else labels
+        self.labels_ = labels
         self.n_features_in_ = _n_features(X)
         return self

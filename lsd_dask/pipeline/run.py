@@ -609,7 +609,7 @@ def _stage_cluster(
     F = features[which]
     t0 = time.perf_counter()
     est.fit(F)
-    lab = np.asarray(est.labels_.compute() if hasattr(est.labels_, "compute") else est.labels_)
+    lab = est.labels_  # numpy, whatever the features (the estimators' labels_ policy)
     full = np.zeros(kept.size, np.int32)
     if spec.contiguous:
         parcels = contiguous_parcels(lab, A, min_size=cfg.min_region_size, features=F)

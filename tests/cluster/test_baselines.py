@@ -6,6 +6,7 @@ from sklearn import datasets
 
 from lsd_dask import metrics
 from lsd_dask.cluster import KEVD, NMF, KMeans, SemiNMF, SoF, SpectralClustering, SphericalKMeans
+from lsd_dask.cluster.kmeans import _EuclideanLloyd
 from lsd_dask.datasets import blumensath_dataset, brain_grid
 from lsd_dask.surface import grid_adjacency
 
@@ -23,11 +24,43 @@ def test_noiseless_recovery(cls, noiseless):
 
 
 @pytest.mark.parametrize("cls", [KMeans, SphericalKMeans, KEVD, SemiNMF])
-def test_dask_input_recovers_and_returns_dask(cls, noiseless):
+def test_dask_input_recovers_with_numpy_labels(cls, noiseless):
     X, lab = noiseless
     m = cls(5, random_state=0).fit(da.from_array(X, chunks=(16, 40)))
-    assert isinstance(m.labels_, da.Array)
-    assert metrics.nmi(m.labels_.compute(), lab) == pytest.approx(1.0)
+    # the labels policy: n integers are numpy, whatever the input
+    assert type(m.labels_) is np.ndarray and m.labels_.dtype == np.int64
+    assert metrics.nmi(m.labels_, lab) == pytest.approx(1.0)
+    if cls is SemiNMF:  # n × k arrays stay lazy for dask input
+        assert isinstance(m.weights_, da.Array)
+
+
+def test_kmeans_numpy_is_scikit_learn_and_dask_reaches_its_partition():
+    from sklearn.cluster import KMeans as SkKMeans
+
+    X, lab = datasets.make_blobs(600, n_features=8, centers=6, cluster_std=0.5, random_state=4)
+    a = KMeans(6, n_init=3, random_state=0).fit(X)
+    ref = SkKMeans(6, n_init=3, random_state=0).fit(X)
+    np.testing.assert_array_equal(a.labels_, ref.labels_)
+    assert a.inertia_ == pytest.approx(ref.inertia_)
+    b = KMeans(6, n_init=3, random_state=0).fit(da.from_array(X, chunks=(128, 8)))
+    assert metrics.ari(a.labels_, b.labels_) == pytest.approx(1.0)
+    assert b.inertia_ == pytest.approx(ref.inertia_, rel=1e-9)
+    # inertia_ is the kept partition's: the squared distances to its own centres
+    d2 = ((X - b.cluster_centers_[b.labels_]) ** 2).sum()
+    assert b.inertia_ == pytest.approx(d2, rel=1e-9)
+
+
+def test_kmeans_dask_keeps_the_run_of_lowest_inertia():
+    X, _, _ = brain_grid(snr_db=-9, n_features=20, n_regions=12, shape=(20, 20), random_state=1)
+    Xd = da.from_array(X, chunks=(100, 20))
+    best = KMeans(12, n_init=4, random_state=5).fit(Xd)
+    seeds = np.random.default_rng(5).integers(2**31 - 1, size=4)
+    inertias = []
+    for s in seeds:
+        run = _EuclideanLloyd(12, max_iter=300, tol=1e-6, random_state=int(s)).fit(Xd)
+        inertias.append(run.inertia_history_[-1])
+    assert len(set(np.round(inertias, 6))) > 1  # the runs differ
+    assert best.inertia_ == pytest.approx(min(inertias))
 
 
 @pytest.mark.parametrize("cls", [SphericalKMeans, KEVD])
@@ -35,7 +68,7 @@ def test_numpy_and_dask_agree(cls):
     X, _, _ = brain_grid(snr_db=-3, n_features=20, n_regions=6, shape=(16, 16), random_state=1)
     a = cls(6, random_state=2).fit(X)
     b = cls(6, random_state=2).fit(da.from_array(X, chunks=(50, 20)))
-    np.testing.assert_array_equal(a.labels_, b.labels_.compute())
+    np.testing.assert_array_equal(a.labels_, b.labels_)
 
 
 def test_spherical_objective_monotone():
@@ -91,6 +124,6 @@ def test_nmf_block_structure(solver):
     m = NMF(3, solver=solver, random_state=0).fit(A)
     assert metrics.nmi(m.labels_, lab) == pytest.approx(1.0)
     md = NMF(3, solver=solver, random_state=0, max_iter=50).fit(da.from_array(A, chunks=(20, 30)))
-    assert metrics.nmi(md.labels_.compute(), lab) == pytest.approx(1.0)
+    assert metrics.nmi(md.labels_, lab) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="Negative values"):
         NMF(3).fit(A - 1.0)
