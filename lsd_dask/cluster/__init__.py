@@ -1,4 +1,4 @@
-"""Clustering estimators (scikit-learn API; numpy or dask input, labels of the same kind)."""
+"""Clustering estimators (scikit-learn API; numpy or dask input; labels_ always numpy)."""
 
 from .directional import DirectionalClustering, directional_assign, select_n_clusters
 from .hierarchical import HierarchicalLSD

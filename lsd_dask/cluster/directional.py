@@ -113,6 +113,17 @@ class DirectionalClustering(ClusterBase):
         With ``spatial_weight > 0``: ``||X - S̄ D||_F^2 + beta * cut edges`` after every ICM
         step; never increases.
     n_iter_ : int
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import DirectionalClustering
+    >>> from lsd_dask.datasets import blumensath_dataset
+    >>> from lsd_dask.metrics import ari
+    >>> X, truth = blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=4,
+    ...                               random_state=0)
+    >>> est = DirectionalClustering(4, random_state=0).fit(X)
+    >>> float(ari(truth, est.labels_))
+    1.0
     """
 
     _parameter_constraints = {

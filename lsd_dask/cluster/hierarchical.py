@@ -93,6 +93,17 @@ class HierarchicalLSD(ClusterBase):
         ``w(C)`` of each final leaf.
     n_clusters_ : int
         Leaves produced (smaller than ``n_clusters`` only when no leaf could be split).
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import HierarchicalLSD
+    >>> from lsd_dask.datasets import blumensath_dataset
+    >>> from lsd_dask.metrics import ari
+    >>> X, truth = blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=4,
+    ...                               random_state=0)
+    >>> est = HierarchicalLSD(4, random_state=0).fit(X)
+    >>> float(ari(truth, est.labels_))
+    1.0
     """
 
     _parameter_constraints = {

@@ -279,6 +279,17 @@ class SphericalKMeans(_Lloyd):
     labels_, cluster_centers_ (unit rows), n_iter_, inertia_history_ (sum of cosines, which
     never decreases without a spatial term), spatial_cost_history_ (the combined cost, with
     ``spatial_weight > 0``; never increases)
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import SphericalKMeans
+    >>> from lsd_dask.datasets import blumensath_dataset
+    >>> from lsd_dask.metrics import ari
+    >>> X, truth = blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=4,
+    ...                               random_state=0)
+    >>> est = SphericalKMeans(4, random_state=0).fit(X)
+    >>> float(ari(truth, est.labels_))
+    1.0
     """
 
     _parameter_constraints = {
@@ -324,6 +335,17 @@ class KEVD(SphericalKMeans):
     Each row goes to the centre with the largest ``|x·d|``; each centre becomes the leading
     eigenvector of its cluster's scatter matrix, found by ``n_power`` power-iteration steps
     per outer iteration (warm-started; each step is a K-sized weighted reduction).
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import KEVD
+    >>> from lsd_dask.datasets import blumensath_dataset
+    >>> from lsd_dask.metrics import ari
+    >>> X, truth = blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=4,
+    ...                               random_state=0)
+    >>> est = KEVD(4, random_state=0).fit(X)
+    >>> float(ari(truth, est.labels_))
+    1.0
     """
 
     _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}

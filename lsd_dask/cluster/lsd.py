@@ -110,6 +110,17 @@ class LSD(ClusterBase):
     rotation_ : ndarray of shape (n_clusters, n_clusters)
         The final rotation applied after the Givens step (rotation solver).
     gamma_ : float or None
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import LSD
+    >>> from lsd_dask.datasets import blumensath_dataset
+    >>> from lsd_dask.metrics import ari
+    >>> X, truth = blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=4,
+    ...                               random_state=0)
+    >>> est = LSD(4, random_state=0).fit(X)
+    >>> float(ari(truth, est.labels_))
+    1.0
     """
 
     _parameter_constraints = {

@@ -45,6 +45,17 @@ class NMF(ClusterBase):
     Attributes
     ----------
     labels_, components_ (H, K × d), weights_ (W, n × K), reconstruction_err_, n_iter_
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import NMF
+    >>> from lsd_dask.datasets import blumensath_dataset
+    >>> from lsd_dask.metrics import ari
+    >>> X, truth = blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=4,
+    ...                               random_state=0)
+    >>> est = NMF(4, random_state=0).fit(abs(X))
+    >>> float(ari(truth, est.labels_))
+    1.0
     """
 
     _parameter_constraints = {
@@ -136,6 +147,17 @@ class SemiNMF(ClusterBase):
     Attributes
     ----------
     labels_, weights_ (G), components_ (F^T, K × d), n_iter_
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import SemiNMF
+    >>> from lsd_dask.datasets import blumensath_dataset
+    >>> from lsd_dask.metrics import ari
+    >>> X, truth = blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=4,
+    ...                               random_state=0)
+    >>> est = SemiNMF(4, random_state=0).fit(X)
+    >>> float(ari(truth, est.labels_))
+    1.0
     """
 
     _parameter_constraints = {

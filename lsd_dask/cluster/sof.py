@@ -56,6 +56,17 @@ class SoF(ClusterBase):
         Row entropy (nats): high on cluster boundaries.
     objective_ : float
         ``||P - W W^T||_F^2`` of the returned W.
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import SoF
+    >>> from lsd_dask.datasets import blumensath_dataset
+    >>> from lsd_dask.metrics import ari
+    >>> X, truth = blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=4,
+    ...                               random_state=0)
+    >>> est = SoF(4, random_state=0).fit(X)
+    >>> float(ari(truth, est.labels_))
+    1.0
     """
 
     _parameter_constraints = {
@@ -130,7 +141,10 @@ def soft_cluster_matrix(X: np.ndarray, n_neighbors: int = 10) -> np.ndarray:
     """``P_ij = exp(-||x_i - x_j|| / sqrt(σ_i σ_j))``, σ_i the n-th neighbour's distance."""
     L = cdist(X, X)
     sigma = np.sort(L, axis=1)[:, n_neighbors]  # column 0 is the point itself
-    sigma = np.where(sigma > 0, sigma, np.finfo(float).tiny)
+    # duplicated samples give σ = 0 (and 0/0): floor σ at the smallest distance between
+    # distinct samples, so duplicates get P = 1 and every other pair a finite scale
+    positive = L[L > 0]
+    sigma = np.maximum(sigma, positive.min() if positive.size else 1.0)
     return np.exp(-L / np.sqrt(np.outer(sigma, sigma)))
 
 

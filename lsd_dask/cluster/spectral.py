@@ -50,6 +50,17 @@ class SpectralClustering(ClusterBase):
     Attributes
     ----------
     labels_, embedding_ (n_samples × n_clusters, unit rows), eigenvalues_, sigma_
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import SpectralClustering
+    >>> from lsd_dask.datasets import blumensath_dataset
+    >>> from lsd_dask.metrics import ari
+    >>> X, truth = blumensath_dataset(1, 0.0, n_features=40, n_samples=60, n_clusters=4,
+    ...                               random_state=0)
+    >>> est = SpectralClustering(4, random_state=0).fit(X)
+    >>> float(ari(truth, est.labels_))
+    1.0
     """
 
     _parameter_constraints = {

@@ -43,6 +43,20 @@ class MeshWard(ClusterBase):
         Always numpy int64, whatever X is.
     n_connected_components_ : int
         Pieces of the connectivity graph (scikit-learn joins pieces when there are several).
+
+    Examples
+    --------
+    >>> from lsd_dask.cluster import MeshWard
+    >>> from lsd_dask.datasets import brain_grid
+    >>> from lsd_dask.metrics import ari
+    >>> from lsd_dask.surface import grid_adjacency, split_connected
+    >>> X, truth, _ = brain_grid(snr_db=0, n_features=20, n_regions=6, shape=(16, 16),
+    ...                          random_state=0)
+    >>> A = grid_adjacency(16, 16)
+    >>> labels = MeshWard(6, connectivity=A).fit(X).labels_
+    >>> # every parcel is one connected piece of the grid
+    >>> int(split_connected(labels + 1, A, min_size=1).max()), bool(ari(truth, labels) > 0.95)
+    (6, True)
     """
 
     _parameter_constraints = {

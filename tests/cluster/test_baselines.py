@@ -112,6 +112,18 @@ def test_sof_probabilities_on_simplex_and_iris():
     assert m.entropy_.shape == (150,) and np.all(m.entropy_ >= 0)
 
 
+def test_sof_with_duplicated_samples(noiseless):
+    """Noiseless data repeat samples, so a neighbour distance is 0: P must stay finite
+    (it was 0/0 before) and the planted clusters are found."""
+    from lsd_dask.cluster.sof import soft_cluster_matrix
+
+    X, lab = noiseless
+    assert len(np.unique(X, axis=0)) < len(X)
+    P = soft_cluster_matrix(X, 10)
+    assert np.all(np.isfinite(P)) and np.allclose(np.diag(P), 1.0)
+    assert metrics.ari(lab, SoF(5, random_state=0).fit(X).labels_) == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("solver", ["als", "mu"])
 def test_nmf_block_structure(solver):
     rng = np.random.default_rng(0)
