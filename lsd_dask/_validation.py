@@ -17,6 +17,7 @@ __all__ = [
     "LSDDaskWarning",
     "ClippedEigenvalueWarning",
     "is_dask",
+    "as_array",
     "check_array",
     "check_labels",
     "check_n_clusters",
@@ -85,7 +86,7 @@ def check_array(
             f"Sparse data was passed for {name}, but dense data is required: convert it with "
             ".toarray(), or pass a dask array for data larger than memory."
         )
-    X = _as_array(X)
+    X = as_array(X)
     if np.iscomplexobj(X):
         raise ValueError(f"Complex data not supported in {name}.")
     if X.ndim != ndim:
@@ -166,7 +167,8 @@ def warn(message: str, category: type[Warning] = LSDDaskWarning) -> None:
 # --------------------------------------------------------------------------- helpers
 
 
-def _as_array(X: Any) -> Any:
+def as_array(X: Any) -> Any:
+    """numpy or dask as they are, a zarr array wrapped lazily, other array-likes as numpy."""
     if is_dask(X) or isinstance(X, np.ndarray):
         return X
     try:

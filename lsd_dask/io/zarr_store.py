@@ -38,7 +38,14 @@ import zarr
 from .atomic import atomic_path
 from .storage import Folder, is_local
 
-__all__ = ["SplitStore", "write_split", "open_split", "verify_split", "vertex_chunk_for"]
+__all__ = [
+    "ColumnBlocks",
+    "SplitStore",
+    "write_split",
+    "open_split",
+    "verify_split",
+    "vertex_chunk_for",
+]
 
 _ARRAY = "data"
 
@@ -57,9 +64,60 @@ class SplitStore:
 
     @property
     def array(self) -> Any:
-        """The read-only ``zarr.Array`` behind ``data``: the fastest input of
-        :func:`lsd_dask.linalg.randomized_svd`, whose tasks then read it themselves."""
+        """The read-only ``zarr.Array`` behind ``data``."""
         return _open_group(self.path, self.storage_options)["data"]
+
+    @property
+    def column_blocks(self) -> ColumnBlocks:
+        """The data as a column-block reader: the fastest input of
+        :func:`lsd_dask.linalg.randomized_svd`, whose tasks then read it themselves."""
+        return ColumnBlocks(self.array)
+
+
+@dataclass(frozen=True)
+class ColumnBlocks:
+    """A Zarr array read by column blocks straight into a caller's buffer.
+
+    The source that :func:`lsd_dask.linalg.randomized_svd` reads inside its tasks
+    (``read_columns``), so linear algebra needs no storage library. It pickles with the
+    array's store, so each worker opens the store itself.
+
+    Attributes
+    ----------
+    z : zarr.Array of shape (n_rows, n_columns)
+    """
+
+    z: Any
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.z.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.z.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def chunks(self) -> tuple[int, int]:
+        """Rows and columns of one stored chunk."""
+        return tuple(self.z.chunks)
+
+    def read_columns(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        """Columns ``start:stop`` (all rows) into ``out`` (n_rows × (stop − start), the
+        array's dtype), without an intermediate copy."""
+        from zarr.core.buffer import default_buffer_prototype
+
+        buf = default_buffer_prototype().nd_buffer.from_numpy_array(out)
+        self.z.get_basic_selection((slice(None), slice(start, stop)), out=buf)
+        return out
+
+    def to_dask(self) -> da.Array:
+        """The same data as a lazy dask array (one task per stored chunk)."""
+        return da.from_zarr(self.z)
 
 
 def vertex_chunk_for(n_vertices: int, n_timepoints: int, target_mb: float = 128.0) -> int:

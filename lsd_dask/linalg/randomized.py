@@ -26,7 +26,7 @@ import dask.array as da
 import numpy as np
 import scipy.linalg as sla
 
-from .._validation import check_random_state, compute, is_dask
+from .._validation import as_array, check_random_state, compute, is_dask
 
 __all__ = ["randomized_svd", "streaming_svd", "svd_flip", "svd_task_bytes"]
 
@@ -54,14 +54,16 @@ def randomized_svd(
 
     Parameters
     ----------
-    X : zarr array, dask array or numpy array of shape (n, m)
+    X : column-block source, dask array or numpy array of shape (n, m)
         Vertices × (subjects · time), one subject per column chunk. Never held in memory:
         only the n × l basis and l-wide sketches are (l = k + n_oversamples). A
-        ``zarr.Array`` (e.g. ``open_split(path).array``) is the fastest path: each dask
-        task reads its own column blocks into one reused buffer and accumulates their
-        contributions in place, one task per worker thread, so nothing X-sized crosses
-        the network. A dask array is read through its own graph, with a tree sum of
-        per-block contributions.
+        column-block source (anything with ``shape``, ``dtype``, ``chunks`` and
+        ``read_columns(start, stop, out)``, e.g. ``open_split(path).column_blocks``) is
+        the fastest path: each dask task reads its own column blocks into one reused
+        buffer and accumulates their contributions in place, one task per worker thread,
+        so nothing X-sized crosses the network. A dask array is read through its own
+        graph, with a tree sum of per-block contributions. Other arrays (a zarr array)
+        are wrapped as dask arrays.
     k : int
     n_oversamples : int, default=10
     n_power_iter : int, default=2
@@ -77,7 +79,7 @@ def randomized_svd(
         directions with singular values below about ``sqrt(eps) σ₁`` (2e-4 σ₁ in float32)
         are not resolved; pass ``False``, or float64 data, for spectra that steep.
     progress : callable, optional
-        For a Zarr array: receives one line per pass over X when the pass is done
+        For a column-block source: receives one line per pass over X when the pass is done
         (``"pass 2 of 4 (power): 51.3 s"``), for batch logs.
 
     Returns
@@ -104,10 +106,12 @@ def randomized_svd(
     dtype = np.float32 if X.dtype == np.float32 else np.float64
     l = min(k + n_oversamples, min(n, m))
     seed = int(check_random_state(random_state).integers(2**63))
-    if _is_zarr(X) and not fuse_passes:
-        X = da.from_zarr(X)
-    if _is_zarr(X):
-        Bt, Q = _range_zarr(X, l, seed, n_power_iter, persist, progress)
+    if _is_block_source(X) and not fuse_passes:
+        X = X.to_dask()
+    if not (_is_block_source(X) or is_dask(X) or isinstance(X, np.ndarray)):
+        X = as_array(X)
+    if _is_block_source(X):
+        Bt, Q = _range_blocks(X, l, seed, n_power_iter, persist, progress)
     elif is_dask(X):
         Bt, Q = _range_dask(X.astype(dtype), l, seed, n_power_iter, persist, fuse_passes)
     else:
@@ -271,13 +275,12 @@ def _range_dask(
     return Bt, Q
 
 
-def _is_zarr(X: Any) -> bool:
-    import zarr
+def _is_block_source(X: Any) -> bool:
+    """A column-block source: reads its own column blocks (``read_columns``)."""
+    return callable(getattr(X, "read_columns", None))
 
-    return isinstance(X, zarr.Array)
 
-
-def _range_zarr(
+def _range_blocks(
     z: Any,
     l: int,
     seed: int,
@@ -285,7 +288,7 @@ def _range_zarr(
     persist: bool,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, Any]:
-    """Range finder over a Zarr array with the reads inside the tasks.
+    """Range finder over a column-block source with the reads inside the tasks.
 
     The column blocks are split into one contiguous group per worker thread; a task per
     group reads its blocks one at a time into a reused buffer and accumulates the n × l
@@ -333,10 +336,7 @@ def _group_pass(z: Any, spans: list, kind: str, Q: Any, seed: int, l: int, dtype
 
     ``sketch``: Σ X_j Ω_j; ``power``: Σ X_j (X_jᵀ Q); ``transpose``: [X_jᵀ Q, …].
     """
-    from zarr.core.buffer import default_buffer_prototype
-
     n = z.shape[0]
-    proto = default_buffer_prototype()
     buf: np.ndarray | None = None
     acc = np.zeros((n, l), dtype) if kind != "transpose" else None
     tmp = np.empty((n, l), dtype) if kind != "transpose" else None
@@ -344,7 +344,7 @@ def _group_pass(z: Any, spans: list, kind: str, Q: Any, seed: int, l: int, dtype
     for a, b in spans:
         if buf is None or buf.shape[1] != b - a:
             buf = np.empty((n, b - a), z.dtype)
-        z.get_basic_selection((slice(None), slice(a, b)), out=proto.nd_buffer.from_numpy_array(buf))
+        z.read_columns(a, b, buf)
         x = buf if buf.dtype == dtype else buf.astype(dtype)
         if kind == "sketch":
             np.matmul(x, _omega_rows(seed, a, b, l, dtype), out=tmp)

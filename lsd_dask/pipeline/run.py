@@ -468,7 +468,7 @@ def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[s
     else:
         try:
             U, s, _ = randomized_svd(
-                st.array,  # the zarr array: tasks read their own column blocks
+                st.column_blocks,  # tasks read their own column blocks
                 rank,
                 n_power_iter=cfg.svd.n_power_iter,
                 fuse_passes=cfg.svd.fuse_passes,

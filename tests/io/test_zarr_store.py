@@ -35,6 +35,22 @@ def test_roundtrip_layout_and_attrs(tmp_path):
     assert zarr.open_group(str(p), mode="r").metadata.zarr_format == 3
 
 
+def test_column_blocks_read_into_the_callers_buffer(tmp_path):
+    subs = _subjects(n=40, t=8, s=3)
+    p = write_split(tmp_path / "s.zarr", iter(subs), n_vertices=40, timepoints=8, vertex_chunk=16)
+    blocks = open_split(p).column_blocks
+    X = np.concatenate([x for _, x in subs], 1)
+    assert blocks.shape == X.shape and blocks.dtype == np.float32 and blocks.chunks == (16, 8)
+    out = np.full((40, 11), np.nan, np.float32)
+    assert blocks.read_columns(5, 16, out) is out  # across a chunk border, in place
+    np.testing.assert_array_equal(out, X[:, 5:16])
+    np.testing.assert_array_equal(blocks.to_dask().compute(), X)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(blocks))  # what a worker receives: it reopens the store
+    np.testing.assert_array_equal(again.read_columns(0, 3, np.empty((40, 3), np.float32)), X[:, :3])
+
+
 def test_interrupted_write_leaves_nothing_that_opens(tmp_path):
     subs = _subjects()
 

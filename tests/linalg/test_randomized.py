@@ -169,11 +169,12 @@ def test_wide_column_chunks_are_split_to_bounded_blocks():
     assert _bounded_column_blocks(X, target_bytes=10e6) is X
 
 
-def test_zarr_input_reads_in_tasks_and_matches_dask_input(store):
-    """A zarr.Array gives the dask path's answer (same Ω, same passes), as a dask U."""
+def test_column_blocks_read_in_tasks_and_match_dask_input(store):
+    """A column-block source gives the dask path's answer (same Ω, same passes), as a dask
+    U; a zarr array given as it is goes through dask with the same answer."""
     p, _, (U0, s0, _) = store
     st = open_split(p)
-    U, s, Vt = randomized_svd(st.array, 6, random_state=2)
+    U, s, Vt = randomized_svd(st.column_blocks, 6, random_state=2)
     assert isinstance(U, da.Array) and U.dtype == np.float32
     Ud, sd, Vtd = randomized_svd(st.data, 6, random_state=2)
     np.testing.assert_allclose(s, sd, rtol=1e-5)
@@ -181,8 +182,30 @@ def test_zarr_input_reads_in_tasks_and_matches_dask_input(store):
     np.testing.assert_allclose(Vt, Vtd, atol=2e-4)
     np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
     # without fused passes the zarr array is read through dask: same subspace
-    U2, s2, _ = randomized_svd(st.array, 6, random_state=2, fuse_passes=False)
+    U2, s2, _ = randomized_svd(st.column_blocks, 6, random_state=2, fuse_passes=False)
     np.testing.assert_allclose(s2, s, rtol=1e-4)
+    Uz, sz, _ = randomized_svd(st.array, 6, random_state=2)
+    np.testing.assert_allclose(sz, sd, rtol=1e-5)
+    np.testing.assert_allclose(Uz.compute(), Ud.compute(), atol=2e-4)
+
+
+def test_linalg_imports_no_storage_library():
+    """Linear algebra knows arrays and column-block sources, not how they are stored."""
+    import ast
+    from pathlib import Path
+
+    import lsd_dask.linalg
+
+    storage = {"zarr", "nibabel", "fsspec", "s3fs", "h5py"}
+    for path in Path(lsd_dask.linalg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not {n.split(".")[0] for n in names} & storage, f"{path.name}: {names}"
 
 
 def test_zarr_input_under_distributed_workers(store):
@@ -197,7 +220,7 @@ def test_zarr_input_under_distributed_workers(store):
         ) as cluster,
         Client(cluster),
     ):  # fmt: skip
-        U, s, _ = randomized_svd(open_split(p).array, 6, random_state=0)
+        U, s, _ = randomized_svd(open_split(p).column_blocks, 6, random_state=0)
         U = U.compute()
     np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
     assert _min_cos(U, U0[:, :6]) > 0.999
