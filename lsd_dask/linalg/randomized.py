@@ -28,7 +28,14 @@ import scipy.linalg as sla
 
 from .._validation import as_array, check_random_state, compute, is_dask
 
-__all__ = ["randomized_svd", "streaming_svd", "svd_flip", "svd_task_bytes"]
+__all__ = [
+    "randomized_svd",
+    "range_finder",
+    "streaming_svd",
+    "svd_flip",
+    "svd_task_bytes",
+    "tsqr",
+]
 
 
 def randomized_svd(
@@ -106,16 +113,15 @@ def randomized_svd(
     dtype = np.float32 if X.dtype == np.float32 else np.float64
     l = min(k + n_oversamples, min(n, m))
     seed = int(check_random_state(random_state).integers(2**63))
-    if _is_block_source(X) and not fuse_passes:
-        X = X.to_dask()
     if not (_is_block_source(X) or is_dask(X) or isinstance(X, np.ndarray)):
         X = as_array(X)
     if _is_block_source(X):
-        Bt, Q = _range_blocks(X, l, seed, n_power_iter, persist, progress)
+        passes: _Passes = _BlockPasses(X, l, seed, dtype, persist)
     elif is_dask(X):
-        Bt, Q = _range_dask(X.astype(dtype), l, seed, n_power_iter, persist, fuse_passes)
+        passes = _DaskPasses(X.astype(dtype), l, seed, persist)
     else:
-        Bt, Q = _range_numpy(np.asarray(X, dtype), l, seed, n_power_iter, fuse_passes)
+        passes = _NumpyPasses(np.asarray(X, dtype), l, seed)
+    Bt, Q = range_finder(passes, n_power_iter, fuse=fuse_passes, progress=progress)
     # B = Qᵀ X = Btᵀ (l × m); its SVD in float64 on the client
     Vb, s, Ubt = np.linalg.svd(np.asarray(Bt, np.float64), full_matrices=False)
     Ub, s, Vt = Ubt.T[:, :k], s[:k], Vb.T[:k]
@@ -227,68 +233,176 @@ def _omega_rows(seed: int, start: int, stop: int, l: int, dtype: Any) -> np.ndar
     return np.concatenate(parts)[start - off : stop - off].astype(dtype, copy=False)
 
 
-def _range_numpy(
-    X: np.ndarray, l: int, seed: int, q: int, fuse: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """In-memory range finder: returns ``(Xᵀ Q, Q)``."""
-    Q = np.linalg.qr(X @ _omega_rows(seed, 0, X.shape[1], l, X.dtype))[0]
-    for _ in range(q):
-        if fuse:
-            Q = np.linalg.qr(X @ (X.T @ Q))[0]
-        else:
-            Q = np.linalg.qr(X @ np.linalg.qr(X.T @ Q)[0])[0]
-    return X.T @ Q, Q
-
-
-def _range_dask(
-    X: Any, l: int, seed: int, q: int, persist: bool, fuse: bool
+def range_finder(
+    passes: _Passes,
+    n_power_iter: int,
+    *,
+    fuse: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, Any]:
-    """Out-of-core range finder over X's column blocks: returns ``(Xᵀ Q, Q)``.
+    """Halko's randomized range finder over X, read only through ``passes``.
 
-    Every pass is one dask graph: a task per column block (which reads that block once)
-    and a tree sum of the n × l contributions; the QR is dask's tall-skinny QR.
+    ``Q = orth(X Ω)``; then ``n_power_iter`` times ``Q = orth(X Xᵀ Q)`` (``fuse``: one read
+    of X per iteration) or ``Q = orth(X orth(Xᵀ Q))`` (Algorithm 4.4: two reads and a QR
+    between them); last ``Xᵀ Q``. The same loop serves numpy arrays, dask arrays and
+    column-block sources; only how a pass reads X differs (:class:`_Passes`).
+
+    Returns
+    -------
+    Bt : ndarray of shape (m, l)
+        ``Xᵀ Q``.
+    Q : ndarray or dask array of shape (n, l)
+        Orthonormal columns.
     """
-    X = _bounded_column_blocks(X)
-    columns = da.arange(X.shape[1], chunks=(X.chunks[1],))  # tells a block where it is
-    n = X.shape[0]
-    part = da.blockwise(
-        _sketch_block, "jal", X, "ij", columns, "j", new_axes={"a": n, "l": l},
-        adjust_chunks={"j": 1}, concatenate=False, dtype=X.dtype, seed=seed, l=l,
-    )  # fmt: skip
-    Q = _orthonormal(_sum_blocks(part), X.chunks[0], persist)
-    for _ in range(q):
+    t0 = time.perf_counter()
+    total = n_power_iter + 2
+
+    def done(i: int, kind: str) -> None:
+        nonlocal t0
+        if progress is not None and passes.eager:  # lazy passes all run at the end
+            progress(f"pass {i} of {total} ({kind}): {time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
+
+    Q = passes.orthonormal(passes.sketch())
+    done(1, "sketch")
+    for i in range(n_power_iter):
         if fuse:
-            part = da.blockwise(
-                _power_block, "jal", X, "ij", Q, "il", new_axes={"a": n},
-                adjust_chunks={"j": 1}, concatenate=False, dtype=X.dtype,
-            )  # fmt: skip
-            Y = _sum_blocks(part)
+            Y = passes.power(Q)
         else:
-            (Z,) = compute(X.T @ Q)
-            Qz = np.linalg.qr(np.asarray(Z, X.dtype))[0]
-            Y = X @ da.from_array(Qz, chunks=(X.chunks[1], l))
-        Q = _orthonormal(Y, X.chunks[0], persist)
-    Bt = da.blockwise(
-        _transpose_times, "jl", X, "ij", Q, "il", concatenate=False, dtype=X.dtype,
-    )  # fmt: skip
-    (Bt,) = compute(Bt)  # last read: Xᵀ Q, m × l
+            Z = passes.transpose(Q)
+            Y = passes.times(np.linalg.qr(Z)[0].astype(Z.dtype, copy=False))
+        Q = passes.orthonormal(Y)
+        done(i + 2, "power")
+    Bt = passes.transpose(Q)
+    done(total, "transpose")
     return Bt, Q
 
 
-def _is_block_source(X: Any) -> bool:
-    """A column-block source: reads its own column blocks (``read_columns``)."""
-    return callable(getattr(X, "read_columns", None))
+def tsqr(Y: Any, row_chunks: tuple, *, persist: bool = True) -> Any:
+    """Orthonormal basis of the columns of a tall dask Y: two-level tall-skinny QR.
+
+    Each row block is factored on its own (``Y_i = Q_i R_i``), the stacked R's once more
+    (``[R_1; …] = Q' R``), and ``Q = diag(Q_i) Q'``. Written here rather than with
+    ``dask.array.linalg.tsqr`` because that calls ``numpy.linalg.qr``, 2.7–3.5 times slower
+    than scipy's (LAPACK geqrf/orgqr) on 32,492 × 1,010 float32 blocks (measured on the
+    2-core AVX2 development machine of ``docs/benchmarks.md``). Householder QR: a
+    rank-deficient Y still gives orthonormal columns.
+
+    Parameters
+    ----------
+    Y : dask array of shape (n, l)
+    row_chunks : tuple of int
+        Row blocks of the result; each at least l rows.
+    persist : bool, default=True
+        Compute Q now (in worker memory) rather than leave it lazy.
+
+    Returns
+    -------
+    Q : dask array of shape (n, l), chunked by ``row_chunks``
+    """
+    Y = Y.rechunk({0: row_chunks, 1: -1})
+    l = Y.shape[1]
+    factored = [dask.delayed(_qr_economic, pure=True)(b) for b in Y.to_delayed().ravel()]
+    small = dask.delayed(_qr_of_stacked_r, pure=True)([f[1] for f in factored])
+    blocks = [
+        da.from_delayed(
+            dask.delayed(_times_q_part, pure=True)(f[0], small, i), (rows, l), dtype=Y.dtype
+        )
+        for i, (f, rows) in enumerate(zip(factored, Y.chunks[0], strict=True))
+    ]
+    Q = da.concatenate(blocks, axis=0)
+    return _persisted(Q) if persist else Q
 
 
-def _range_blocks(
-    z: Any,
-    l: int,
-    seed: int,
-    q: int,
-    persist: bool,
-    progress: Callable[[str], None] | None = None,
-) -> tuple[np.ndarray, Any]:
-    """Range finder over a column-block source with the reads inside the tasks.
+class _Passes:
+    """How a pass reads X: the products the range finder needs, each one read of X.
+
+    ``sketch``: X Ω; ``power``: X (Xᵀ Q) from one read; ``transpose``: Xᵀ Q (computed);
+    ``times``: X W for a small m × l W; ``orthonormal``: a basis of an n × l product.
+    """
+
+    eager = True  # each pass runs when it is asked for
+
+    def sketch(self) -> Any:
+        raise NotImplementedError
+
+    def power(self, Q: Any) -> Any:
+        raise NotImplementedError
+
+    def transpose(self, Q: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def times(self, W: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def orthonormal(self, Y: Any) -> Any:
+        raise NotImplementedError
+
+
+class _NumpyPasses(_Passes):
+    """X in memory."""
+
+    def __init__(self, X: np.ndarray, l: int, seed: int) -> None:
+        self.X, self.l, self.seed = X, l, seed
+
+    def sketch(self) -> np.ndarray:
+        return self.X @ _omega_rows(self.seed, 0, self.X.shape[1], self.l, self.X.dtype)
+
+    def power(self, Q: np.ndarray) -> np.ndarray:
+        return self.X @ (self.X.T @ Q)
+
+    def transpose(self, Q: np.ndarray) -> np.ndarray:
+        return self.X.T @ Q
+
+    def times(self, W: np.ndarray) -> np.ndarray:
+        return self.X @ W
+
+    def orthonormal(self, Y: np.ndarray) -> np.ndarray:
+        return np.linalg.qr(Y)[0]
+
+
+class _DaskPasses(_Passes):
+    """X as a dask array, read through its own graph: a task per column block (which reads
+    that block once) and a tree sum of the n × l contributions."""
+
+    def __init__(self, X: Any, l: int, seed: int, persist: bool) -> None:
+        self.X = _bounded_column_blocks(X)
+        self.l, self.seed, self.eager = l, seed, persist
+
+    def sketch(self) -> Any:
+        X, n, l = self.X, self.X.shape[0], self.l
+        columns = da.arange(X.shape[1], chunks=(X.chunks[1],))  # tells a block where it is
+        part = da.blockwise(
+            _sketch_block, "jal", X, "ij", columns, "j", new_axes={"a": n, "l": l},
+            adjust_chunks={"j": 1}, concatenate=False, dtype=X.dtype, seed=self.seed, l=l,
+        )  # fmt: skip
+        return _sum_blocks(part)
+
+    def power(self, Q: Any) -> Any:
+        X = self.X
+        part = da.blockwise(
+            _power_block, "jal", X, "ij", Q, "il", new_axes={"a": X.shape[0]},
+            adjust_chunks={"j": 1}, concatenate=False, dtype=X.dtype,
+        )  # fmt: skip
+        return _sum_blocks(part)
+
+    def transpose(self, Q: Any) -> np.ndarray:
+        X = self.X
+        Bt = da.blockwise(
+            _transpose_times, "jl", X, "ij", Q, "il", concatenate=False, dtype=X.dtype,
+        )  # fmt: skip
+        (Bt,) = compute(Bt)
+        return np.asarray(Bt)
+
+    def times(self, W: np.ndarray) -> Any:
+        return self.X @ da.from_array(W, chunks=(self.X.chunks[1], W.shape[1]))
+
+    def orthonormal(self, Y: Any) -> Any:
+        return tsqr(Y, self.X.chunks[0], persist=self.eager)
+
+
+class _BlockPasses(_Passes):
+    """X as a column-block source, with the reads inside the tasks.
 
     The column blocks are split into one contiguous group per worker thread; a task per
     group reads its blocks one at a time into a reused buffer and accumulates the n × l
@@ -296,45 +410,58 @@ def _range_blocks(
     between workers, and allocates its large buffers once per group rather than once per
     block (fresh allocations cost page faults comparable to the reads here).
     """
-    n, m = z.shape
-    dtype = np.float32 if z.dtype == np.float32 else np.float64
-    bounds = _column_bounds(z, dtype)
-    groups = [g for g in np.array_split(np.arange(len(bounds)), _n_threads()) if g.size]
-    spans = [[bounds[i] for i in g] for g in groups]
-    row_chunks = tuple(np.diff([*range(0, n, z.chunks[0]), n]).tolist())
 
-    def one_pass(kind: str, Q: Any = None) -> Any:
-        q_whole = None if Q is None else Q.rechunk({0: -1}).to_delayed().ravel()[0]
+    def __init__(self, z: Any, l: int, seed: int, dtype: Any, persist: bool) -> None:
+        n = z.shape[0]
+        bounds = _column_bounds(z, dtype)
+        groups = [g for g in np.array_split(np.arange(len(bounds)), _n_threads()) if g.size]
+        self.spans = [[bounds[i] for i in g] for g in groups]
+        self.row_chunks = tuple(np.diff([*range(0, n, z.chunks[0]), n]).tolist())
+        self.z, self.l, self.seed, self.dtype, self.eager = z, l, seed, dtype, persist
+
+    def sketch(self) -> Any:
+        return self._summed("sketch")
+
+    def power(self, Q: Any) -> Any:
+        return self._summed("power", Q)
+
+    def transpose(self, Q: Any) -> np.ndarray:
+        (blocks,) = dask.compute(self._tasks("transpose", Q))
+        return np.concatenate([b for group in blocks for b in group])
+
+    def times(self, W: np.ndarray) -> Any:
+        return self._summed("times", W)
+
+    def orthonormal(self, Y: Any) -> Any:
+        return tsqr(Y, self.row_chunks, persist=self.eager)
+
+    def _tasks(self, kind: str, W: Any = None) -> list:
+        if W is not None and is_dask(W):
+            W = W.rechunk({0: -1}).to_delayed().ravel()[0]  # one n × l block per task
+        elif W is not None:
+            W = dask.delayed(W, pure=True)  # one key that every group task shares
         return [
-            dask.delayed(_group_pass, pure=True)(z, sp, kind, q_whole, seed, l, dtype)
-            for sp in spans
+            dask.delayed(_group_pass, pure=True)(
+                self.z, sp, kind, W, self.seed, self.l, self.dtype
+            )
+            for sp in self.spans
         ]
 
-    def summed(parts: list) -> Any:
-        return da.from_delayed(dask.delayed(_add_all)(parts), (n, l), dtype=dtype)
-
-    t0 = time.perf_counter()
-
-    def done(i: int, kind: str) -> None:
-        nonlocal t0
-        if progress is not None and persist:  # unpersisted passes run only at the end
-            progress(f"pass {i} of {q + 2} ({kind}): {time.perf_counter() - t0:.1f} s")
-        t0 = time.perf_counter()
-
-    Q = _orthonormal(summed(one_pass("sketch")), row_chunks, persist)
-    done(1, "sketch")
-    for i in range(q):
-        Q = _orthonormal(summed(one_pass("power", Q)), row_chunks, persist)
-        done(i + 2, "power")
-    (blocks,) = dask.compute(one_pass("transpose", Q))
-    done(q + 2, "transpose")
-    return np.concatenate([b for group in blocks for b in group]), Q
+    def _summed(self, kind: str, W: Any = None) -> Any:
+        total = dask.delayed(_add_all)(self._tasks(kind, W))
+        return da.from_delayed(total, (self.z.shape[0], self.l), dtype=self.dtype)
 
 
-def _group_pass(z: Any, spans: list, kind: str, Q: Any, seed: int, l: int, dtype: Any) -> Any:
+def _is_block_source(X: Any) -> bool:
+    """A column-block source: reads its own column blocks (``read_columns``)."""
+    return callable(getattr(X, "read_columns", None))
+
+
+def _group_pass(z: Any, spans: list, kind: str, W: Any, seed: int, l: int, dtype: Any) -> Any:
     """One task: the contribution of a group of column blocks, read here one by one.
 
-    ``sketch``: Σ X_j Ω_j; ``power``: Σ X_j (X_jᵀ Q); ``transpose``: [X_jᵀ Q, …].
+    ``sketch``: Σ X_j Ω_j; ``power``: Σ X_j (X_jᵀ W); ``times``: Σ X_j W_j (W: m × l);
+    ``transpose``: [X_jᵀ W, …].
     """
     n = z.shape[0]
     buf: np.ndarray | None = None
@@ -348,8 +475,10 @@ def _group_pass(z: Any, spans: list, kind: str, Q: Any, seed: int, l: int, dtype
         x = buf if buf.dtype == dtype else buf.astype(dtype)
         if kind == "sketch":
             np.matmul(x, _omega_rows(seed, a, b, l, dtype), out=tmp)
+        elif kind == "times":
+            np.matmul(x, W[a:b].astype(dtype, copy=False), out=tmp)
         else:
-            w = x.T @ Q
+            w = x.T @ W
             if kind == "transpose":
                 out.append(w)
                 continue
@@ -454,29 +583,6 @@ def _bounded_column_blocks(X: Any, target_bytes: float = _BLOCK_BYTES) -> Any:
     if max(X.chunks[1]) <= cap:
         return X
     return X.rechunk({1: cap})
-
-
-def _orthonormal(Y: Any, row_chunks: tuple, persist: bool) -> Any:
-    """Orthonormal basis of the columns of a tall dask Y: two-level tall-skinny QR.
-
-    Each row block is factored on its own (``Y_i = Q_i R_i``), the stacked R's once more
-    (``[R_1; …] = Q' R``), and ``Q = diag(Q_i) Q'``. Written here rather than with
-    ``dask.array.linalg.tsqr`` because that calls ``numpy.linalg.qr``, 2.7–3.5 times slower
-    than scipy's (LAPACK geqrf/orgqr) on 32,492 × 1,010 float32 blocks (measured on the
-    2-core AVX2 development machine of ``docs/benchmarks.md``).
-    """
-    Y = Y.rechunk({0: row_chunks, 1: -1})
-    l = Y.shape[1]
-    factored = [dask.delayed(_qr_economic, pure=True)(b) for b in Y.to_delayed().ravel()]
-    small = dask.delayed(_qr_of_stacked_r, pure=True)([f[1] for f in factored])
-    blocks = [
-        da.from_delayed(
-            dask.delayed(_times_q_part, pure=True)(f[0], small, i), (rows, l), dtype=Y.dtype
-        )
-        for i, (f, rows) in enumerate(zip(factored, Y.chunks[0], strict=True))
-    ]
-    Q = da.concatenate(blocks, axis=0)
-    return _persisted(Q) if persist else Q
 
 
 def _persisted(x: Any) -> Any:

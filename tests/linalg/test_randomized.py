@@ -248,3 +248,76 @@ def test_streaming_is_exact_when_it_keeps_every_column(store):
     # keeping fewer columns can only lose accuracy in the tail here
     U_small, s_small, _ = streaming_svd(iter(blocks), 12, n_keep=12)
     assert np.abs(s_small / s0[:12] - 1).max() >= np.abs(s / s0[:12] - 1).max()
+
+
+class _InMemoryBlocks:
+    """The column-block protocol over a numpy array: what randomized_svd needs of a
+    source, with no storage library behind it."""
+
+    def __init__(self, X, chunks):
+        self.X, self.shape, self.dtype, self.chunks, self.ndim = X, X.shape, X.dtype, chunks, 2
+        self.reads = 0
+
+    def read_columns(self, start, stop, out):
+        self.reads += 1
+        out[...] = self.X[:, start:stop]
+        return out
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_one_range_finder_for_every_kind_of_input(store, fuse):
+    """numpy, dask and a column-block source run the same loop from the same Ω: the same
+    Bt = Xᵀ Q and the same basis, with fused or unfused power iterations."""
+    from lsd_dask.linalg.randomized import (
+        _BlockPasses,
+        _DaskPasses,
+        _NumpyPasses,
+        range_finder,
+    )
+
+    _, subs, _ = store
+    X = np.concatenate([x for _, x in subs], axis=1).astype(np.float64)
+    l, seed = 8, 11
+    runs = {
+        "numpy": _NumpyPasses(X, l, seed),
+        "dask": _DaskPasses(da.from_array(X, chunks=(128, 50)), l, seed, True),
+        "blocks": _BlockPasses(_InMemoryBlocks(X, (128, 50)), l, seed, np.float64, True),
+    }
+    lines = []
+    out = {
+        name: range_finder(p, 2, fuse=fuse, progress=lines.append) for name, p in runs.items()
+    }
+    Bt0, Q0 = out["numpy"]
+    assert len(lines) == 3 * 4 and lines[0].startswith("pass 1 of 4 (sketch)")
+    for name in ("dask", "blocks"):
+        Bt, Q = out[name]
+        Q = np.asarray(Q.compute())
+        np.testing.assert_allclose(Q.T @ Q, np.eye(l), atol=1e-10)
+        # the same subspace (QR signs may differ), hence the same Bt up to those signs
+        signs = np.sign(np.sum(Q * Q0, axis=0))
+        np.testing.assert_allclose(Q * signs, Q0, atol=1e-8)
+        np.testing.assert_allclose(Bt * signs, Bt0, atol=1e-6 * np.abs(Bt0).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tsqr_against_scipy(dtype):
+    import scipy.linalg as sla
+
+    from lsd_dask.linalg.randomized import tsqr
+
+    rng = np.random.default_rng(3)
+    Y = rng.standard_normal((500, 12)).astype(dtype)
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    Q = tsqr(da.from_array(Y, chunks=(60, 12)), (100,) * 5).compute()
+    assert Q.dtype == dtype and Q.shape == (500, 12)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(12), atol=tol)
+    Qr = sla.qr(Y.astype(np.float64), mode="economic")[0]
+    # the same column space as scipy's QR: every principal angle is 0
+    np.testing.assert_allclose(np.linalg.svd(Qr.T @ Q, compute_uv=False), 1.0, atol=tol * 10)
+    lazy = tsqr(da.from_array(Y, chunks=(60, 12)), (100,) * 5, persist=False)
+    np.testing.assert_allclose(lazy.compute(), Q, atol=tol)
+    # rank-deficient: Householder still gives orthonormal columns that span Y
+    Y[:, 5] = Y[:, 0] + Y[:, 1]
+    Q = tsqr(da.from_array(Y, chunks=(60, 12)), (100,) * 5).compute()
+    np.testing.assert_allclose(Q.T @ Q, np.eye(12), atol=tol)
+    np.testing.assert_allclose(Q @ (Q.T @ Y), Y, atol=tol * 10 * np.abs(Y).max())
