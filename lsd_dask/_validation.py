@@ -23,6 +23,7 @@ __all__ = [
     "check_n_clusters",
     "check_random_state",
     "compute",
+    "persisted",
 ]
 
 
@@ -55,6 +56,11 @@ def compute(*arrays: Any) -> tuple[Any, ...]:
     for i, v in zip(lazy, done, strict=True):
         out[i] = v
     return tuple(out)
+
+
+def persisted(x: Any) -> Any:
+    """``x.persist()`` for a dask array (it is read again), ``x`` itself otherwise."""
+    return x.persist() if is_dask(x) else x
 
 
 def check_array(

@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import dask.array as da
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from ._validation import check_random_state, compute, is_dask
+from ._validation import check_random_state, compute, is_dask, persisted
 from .linalg.eigen import factor_gram, factor_route, top_eigenpairs, top_eigenpairs_from_factor
 
 __all__ = [
@@ -151,18 +150,16 @@ def similarity_operator(
         g = median_bandwidth(X, random_state=rng) if gamma is None else float(gamma)
         return SimilarityOperator(n=X.shape[0], K=rbf_kernel(X, X, g), gamma=g)
     fac = gram_factor(X, kind, gamma=gamma, n_landmarks=n_landmarks, random_state=rng)
-    F = fac.F.persist() if is_dask(fac.F) else fac.F
+    F = persisted(fac.F)
     fac = SimilarityFactor(F, fac.kind, fac.gamma)
     return SimilarityOperator(n=X.shape[0], factor=fac, gamma=fac.gamma)
 
 
 def unit_rows(X: Any) -> Any:
     """Scale every row to unit Euclidean length (zero rows stay zero); numpy or dask."""
-    if is_dask(X):
-        norms = da.sqrt((X * X).sum(axis=1, keepdims=True))
-        return X / da.where(norms > 0, norms, 1)
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+    # numpy's functions dispatch to dask for dask X
+    norms = np.sqrt((X * X).sum(axis=1, keepdims=True))
+    return X / np.where(norms > 0, norms, 1).astype(X.dtype, copy=False)
 
 
 def gram_factor(
@@ -190,14 +187,9 @@ def gram_factor(
         return SimilarityFactor(unit_rows(X), kind)
     if kind == "shifted_cosine":
         F = unit_rows(X)
-        if is_dask(F):
-            ones = da.ones((F.shape[0], 1), chunks=(F.chunks[0], 1), dtype=F.dtype)
-        else:
-            ones = np.ones((F.shape[0], 1), F.dtype)
-        if is_dask(F):
-            G = da.concatenate([ones, F], axis=1).rechunk({1: -1})
-        else:
-            G = np.concatenate([ones, F], axis=1)
+        G = np.concatenate([np.ones_like(F[:, :1]), F], axis=1)
+        if is_dask(G):
+            G = G.rechunk({1: -1})
         return SimilarityFactor(G / np.sqrt(2.0), kind)
     if kind == "rbf":
         rng = check_random_state(random_state)

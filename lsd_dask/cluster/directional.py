@@ -189,7 +189,7 @@ class DirectionalClustering(ClusterBase):
                 raise ValueError("sample_weight must be finite, non-negative, one per row.")
             if not np.any(w > 0):
                 raise ValueError("sample_weight is zero for every sample: nothing to cluster.")
-            Xn = Xn * (rows_like(w, Xn)[:, None] if is_dask(Xn) else w[:, None])
+            Xn = Xn * rows_like(w, Xn)[:, None]
         if is_dask(Xn):
             Xn = Xn.rechunk({1: -1}).persist()
         runs = 1 if isinstance(self.init, np.ndarray) else self.n_init
@@ -404,7 +404,7 @@ def _potts(
 
     def refit(labels: np.ndarray) -> None:
         D = state["D"]
-        lab = rows_like(labels, X) if is_dask(X) else labels
+        lab = rows_like(labels, X)
         _, sbar = _best_projection_on(X, D, lab)
         [(lab, sbar, stats)] = _assign_and_stats([(lab, sbar)], X, D, k, row_sq)
         new, sbar = _update_centres(stats, lab, sbar, normalize)
@@ -418,7 +418,7 @@ def _potts(
         scores, refit, res.labels, A, beta, sweeps=sweeps, max_iter=max_iter
     )
     # the coefficients of the final labels on the final centres
-    lab = rows_like(labels, X) if is_dask(X) else labels
+    lab = rows_like(labels, X)
     (sbar,) = compute(_best_projection_on(X, state["D"], lab)[1])
     out = _Result(
         labels, np.asarray(sbar, np.float64), state["D"], res.costs, res.n_iter + n_iter, True
@@ -511,8 +511,8 @@ def _assign(
         mu = _effective_step(mu, D)
         A = np.eye(k) - mu * (D @ D.T)
         XDt = X @ D.T
-        lab = rows_like(labels, X) if is_dask(X) else labels
-        sb = rows_like(sbar, X) if is_dask(X) else sbar
+        lab = rows_like(labels, X)
+        sb = rows_like(sbar, X)
         if is_dask(X):
             SbarA = da.map_blocks(
                 lambda lb, s: A[lb] * s[:, None],
@@ -541,7 +541,7 @@ def _assign_and_stats(
     read once per iteration.
     """
     dn2 = np.sum(D * D, axis=1)
-    sq = rows_like(row_sq, X) if is_dask(X) else row_sq
+    sq = rows_like(row_sq, X)
     lazy = []
     for lab, sb in candidates:
         sums = cluster_sums(X, lab, k, weights=sb)
@@ -646,7 +646,7 @@ def _s_column_scale(
 
 
 def _clip0(v: Any) -> Any:
-    return da.maximum(v, 0.0) if is_dask(v) else np.maximum(v, 0.0)
+    return np.maximum(v, 0.0)  # dispatches to dask for dask v
 
 
 def _pinv_map(D: np.ndarray) -> np.ndarray:

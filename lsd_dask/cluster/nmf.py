@@ -19,7 +19,7 @@ import dask.array as da
 import numpy as np
 from scipy.optimize import nnls
 
-from .._validation import compute, is_dask
+from .._validation import compute, is_dask, persisted
 from ._base import ClusterBase, _n_features, eager_labels
 from .kmeans import KMeans
 
@@ -108,14 +108,11 @@ class NMF(ClusterBase):
             else:
                 W = _map_rows(A, lambda a, G=HHt, Hc=H: _nnls_gram(G, Hc @ a.T).T, k)
             # normalise W's columns, rescale H's rows: W H unchanged
-            (norms,) = compute(
-                da.sqrt((W * W).sum(axis=0)) if is_dask(W) else np.linalg.norm(W, axis=0)
-            )
+            (norms,) = compute(np.sqrt((W * W).sum(axis=0)))
             norms = np.where(np.asarray(norms) > 0, norms, 1.0)
             W = W / norms
             H = H * norms[:, None]
-            if is_dask(W):
-                W = W.persist()
+            W = persisted(W)
             WtW, WtA = (np.asarray(v, np.float64) for v in compute(W.T @ W, W.T @ A))
             err = float(np.sqrt(max(float(a2) - 2 * np.sum(WtA * H) + np.sum((WtW @ H) * H), 0.0)))
             if np.isfinite(prev) and abs(prev - err) <= self.tol * max(prev, _EPS):
@@ -196,8 +193,7 @@ class SemiNMF(ClusterBase):
             num = _pos(XF) + G @ neg
             den = _pos(-XF) + G @ pos
             G = G * ((num + _EPS) / (den + _EPS)) ** 0.5
-            if is_dask(G):
-                G = G.persist()
+            G = persisted(G)
             GtG, GtX = (np.asarray(v, np.float64) for v in compute(G.T @ G, G.T @ X))
             err = float(max(float(x2) - 2 * np.sum(GtX * Ft) + np.sum((GtG @ Ft) * Ft), 0.0))
             if np.isfinite(prev) and abs(prev - err) <= self.tol * max(prev, _EPS):
@@ -212,7 +208,7 @@ class SemiNMF(ClusterBase):
 
 
 def _pos(M: Any) -> Any:
-    return da.maximum(M, 0) if is_dask(M) else np.maximum(M, 0)
+    return np.maximum(M, 0)  # dispatches to dask for dask M
 
 
 def _nnls_gram(G: np.ndarray, B: np.ndarray) -> np.ndarray:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import eigsh
@@ -118,7 +117,7 @@ class SpectralClustering(ClusterBase):
                 ).F
                 deg = F @ (F.T.sum(axis=1) if not is_dask(F) else compute(F.sum(axis=0))[0])
                 deg = _guard_degrees(deg)
-                Fn = F / (da.sqrt(deg) if is_dask(deg) else np.sqrt(deg))[:, None]
+                Fn = F / np.sqrt(deg)[:, None]
                 w, Y = top_eigenpairs_from_factor(Fn, k, random_state=rng)
         Y = unit_rows(Y)
         seed = int(rng.integers(2**31 - 1))
@@ -141,7 +140,7 @@ def _embed_dense_or_sparse(A: Any, k: int, rng: np.random.Generator) -> tuple[An
         order = np.argsort(-w)
         return V[:, order], w[order]
     deg = _guard_degrees(A.sum(axis=1))
-    inv = 1.0 / (da.sqrt(deg) if is_dask(deg) else np.sqrt(deg))
+    inv = 1.0 / np.sqrt(deg)
     L = A * inv[:, None] * inv[None, :]
     w, V = top_eigenpairs(L, k, random_state=rng)
     return V, w

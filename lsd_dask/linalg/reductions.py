@@ -76,7 +76,10 @@ def own_centre_projection(X: Any, labels: Any, centres: np.ndarray) -> Any:
 
 
 def rows_like(v: Any, X: Any) -> Any:
-    """Return ``v`` (n_samples,) as a dask array chunked like the rows of ``X``."""
+    """Return ``v`` (n_samples,) chunked like the rows of a dask ``X``; for numpy ``X``,
+    ``v`` as numpy."""
+    if not is_dask(X):
+        return np.asarray(v.compute() if is_dask(v) else v)
     if is_dask(v):
         return v.rechunk((X.chunks[0],)) if v.chunks[0] != X.chunks[0] else v
     return da.from_array(np.asarray(v), chunks=(X.chunks[0],))
