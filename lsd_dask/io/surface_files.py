@@ -29,6 +29,8 @@ __all__ = [
     "subject_t_r",
     "vertex_counts",
     "READERS",
+    "Reader",
+    "file_keys",
     "load_mesh",
     "read_hemisphere",
     "label_table",
@@ -48,39 +50,51 @@ _CIFTI_NAMES = {"left": "CIFTI_STRUCTURE_CORTEX_LEFT", "right": "CIFTI_STRUCTURE
 
 @dataclass(frozen=True)
 class SubjectFiles:
-    """Where one subject's data live: one CIFTI file, or one file per hemisphere."""
+    """Where one subject's data live: an input kind (a key of :data:`READERS`) and its files.
+
+    Attributes
+    ----------
+    subject : str
+    kind : str
+        "cifti" (one ``.dtseries.nii``), "gifti" or "mgh" (a left and a right hemisphere
+        file), "zarr" (an (n_vertices, T) array, left hemisphere first, with a
+        ``hemisphere_sizes`` attribute).
+    paths : tuple of Path
+        In the order of the kind's keys (:attr:`Reader.keys`).
+    time_slice : (start, stop) or None
+        Time points to keep (e.g. two halves of one run).
+    """
 
     subject: str
-    cifti: Path | None = None
-    left: Path | None = None
-    right: Path | None = None
-    #: a Zarr array (n_vertices, T), left hemisphere first, with a ``hemisphere_sizes`` attribute
-    zarr: Path | None = None
-    #: optional ``(start, stop)`` time points to keep (e.g. two halves of one run)
+    kind: str
+    paths: tuple[Path, ...]
     time_slice: tuple[int, int] | None = None
 
-    @property
-    def kind(self) -> str:
-        if self.zarr is not None:
-            return "zarr"
-        if self.cifti is not None:
-            return "cifti"
-        suffix = "".join(Path(self.left or "").suffixes[-2:]).lower()
-        return "gifti" if suffix.endswith(".gii") else "mgh"
-
-    def paths(self) -> list[Path]:
-        return [p for p in (self.cifti, self.left, self.right, self.zarr) if p is not None]
+    @classmethod
+    def from_keys(
+        cls, subject: str, *, time_slice: tuple[int, int] | None = None, **files: Any
+    ) -> SubjectFiles:
+        """From a pipeline entry's file keys, e.g. ``cifti=...`` or ``left=..., right=...``;
+        the kind is the reader whose keys these are and whose files they look like."""
+        given = {k: Path(v) for k, v in files.items() if v is not None}
+        for kind, reader in READERS.items():
+            if set(given) == set(reader.keys) and reader.accepts(given):
+                paths = tuple(given[k] for k in reader.keys)
+                return cls(subject, kind, paths, time_slice)
+        choices = ", ".join(sorted({"+".join(r.keys) for r in READERS.values()}))
+        got = sorted(given) or "none"
+        raise ValueError(f"subject {subject}: give one of {choices} for its files, got {got}.")
 
 
 def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
     """Read one subject: (n_vertices, T) float32, left then right, and hemisphere sizes."""
-    for p in files.paths():
+    for p in files.paths:
         if not Path(p).exists():
             raise FileNotFoundError(f"subject {files.subject}: {p} does not exist.")
     try:
         x, sizes = READERS[files.kind].load(files)
     except (OSError, EOFError, zlib.error) as err:  # a file damaged past its header
-        where = ", ".join(str(p) for p in files.paths())
+        where = ", ".join(str(p) for p in files.paths)
         raise ValueError(
             f"subject {files.subject}: cannot read {where} ({type(err).__name__}: {err})."
         ) from err
@@ -410,24 +424,45 @@ def _atomic_save(img: Any, path: Path) -> Path:
 
 @dataclass(frozen=True)
 class Reader:
-    """How one input format is read: vertex counts from the headers, the data, the TR."""
+    """How one input format is read: vertex counts from the headers, the data, the TR.
 
+    ``keys`` are the pipeline file's keys that name its files (in the order of
+    :attr:`SubjectFiles.paths`); ``suffixes``, when given, tell it apart from another
+    format with the same keys.
+    """
+
+    keys: tuple[str, ...]
     vertex_counts: Any
     load: Any
     t_r: Any
+    suffixes: tuple[str, ...] | None = None
+    exclude_suffixes: tuple[str, ...] = ()
+
+    def accepts(self, files: Mapping[str, Path]) -> bool:
+        """Whether files under these keys are this format (by the first file's name)."""
+        name = str(files[self.keys[0]]).lower()
+        if name.endswith(self.exclude_suffixes):
+            return False
+        return self.suffixes is None or name.endswith(self.suffixes)
+
+
+def file_keys() -> set[str]:
+    """The pipeline-file keys that name a subject's files, over every format."""
+    return {k for r in READERS.values() for k in r.keys}
 
 
 def _cifti_counts(files: SubjectFiles) -> list[int]:
-    img = nib.load(str(files.cifti))
+    (path,) = files.paths
+    img = nib.load(str(path))
     if not isinstance(img, cifti2.Cifti2Image):
-        raise ValueError(f"{files.cifti} is not a CIFTI-2 file.")
-    _check_payload(img, files.cifti)
+        raise ValueError(f"{path} is not a CIFTI-2 file.")
+    _check_payload(img, path)
     bm = img.header.get_axis(1)
     return [int(bm.nvertices.get(_CIFTI_NAMES[h], 0)) for h in HEMISPHERES]
 
 
 def _cifti_t_r(files: SubjectFiles) -> float | None:
-    series = nib.load(str(files.cifti)).header.get_axis(0)
+    series = nib.load(str(files.paths[0])).header.get_axis(0)
     if not isinstance(series, cifti2.SeriesAxis) or series.step <= 0:
         return None
     scale = {"SECOND": 1.0, "MSEC": 1e-3}.get(str(series.unit).upper(), 1.0)
@@ -436,7 +471,7 @@ def _cifti_t_r(files: SubjectFiles) -> float | None:
 
 def _hemisphere_counts(files: SubjectFiles) -> list[int]:
     counts = []
-    for p in (files.left, files.right):
+    for p in files.paths:
         img = nib.load(str(p))
         if str(p).lower().endswith(".gii"):
             counts.append(int(img.darrays[0].data.shape[0]))
@@ -447,7 +482,7 @@ def _hemisphere_counts(files: SubjectFiles) -> list[int]:
 
 
 def _load_hemispheres(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
-    parts = [read_hemisphere(Path(getattr(files, h))) for h in HEMISPHERES if getattr(files, h)]
+    parts = [read_hemisphere(p) for p in files.paths]
     ts = {p.shape[1] for p in parts}
     if len(ts) != 1:
         raise ValueError(f"subject {files.subject}: hemispheres have different lengths {ts}.")
@@ -455,7 +490,7 @@ def _load_hemispheres(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
 
 
 def _gifti_t_r(files: SubjectFiles) -> float | None:
-    img = nib.load(str(files.left))
+    img = nib.load(str(files.paths[0]))
     step = img.darrays[0].meta.get("TimeStep") if img.darrays else None
     try:
         ms = float(step) if step is not None else 0.0
@@ -465,21 +500,21 @@ def _gifti_t_r(files: SubjectFiles) -> float | None:
 
 
 def _mgh_t_r(files: SubjectFiles) -> float | None:
-    ms = float(nib.load(str(files.left)).header["tr"])
+    ms = float(nib.load(str(files.paths[0])).header["tr"])
     return ms / 1000.0 if ms > 0 else None
 
 
 def _zarr_counts(files: SubjectFiles) -> list[int]:
     import zarr
 
-    sizes = zarr.open_array(str(files.zarr), mode="r").attrs.get("hemisphere_sizes") or []
+    sizes = zarr.open_array(str(files.paths[0]), mode="r").attrs.get("hemisphere_sizes") or []
     return [int(n) for n in sizes]
 
 
 def _zarr_t_r(files: SubjectFiles) -> float | None:
     import zarr
 
-    tr = zarr.open_array(str(files.zarr), mode="r").attrs.get("t_r")
+    tr = zarr.open_array(str(files.paths[0]), mode="r").attrs.get("t_r")
     return float(tr) if tr else None
 
 
@@ -498,11 +533,16 @@ def _check_payload(img: Any, path: Any) -> None:
         )
 
 
-#: input kind (:attr:`SubjectFiles.kind`) -> its reader; a new format adds a SubjectFiles
-#: field, a kind and a row here (and its key in the pipeline file's schema)
+#: input kind (:attr:`SubjectFiles.kind`) -> its reader. A new format is a row here (its
+#: keys become valid in the pipeline file's subjects and globs)
 READERS: dict[str, Reader] = {
-    "cifti": Reader(_cifti_counts, lambda f: _load_cifti(Path(f.cifti)), _cifti_t_r),
-    "gifti": Reader(_hemisphere_counts, _load_hemispheres, _gifti_t_r),
-    "mgh": Reader(_hemisphere_counts, _load_hemispheres, _mgh_t_r),
-    "zarr": Reader(_zarr_counts, lambda f: read_zarr_subject(Path(f.zarr)), _zarr_t_r),
+    "cifti": Reader(("cifti",), _cifti_counts, lambda f: _load_cifti(f.paths[0]), _cifti_t_r),
+    "gifti": Reader(
+        ("left", "right"), _hemisphere_counts, _load_hemispheres, _gifti_t_r, suffixes=(".gii",)
+    ),
+    "mgh": Reader(
+        ("left", "right"), _hemisphere_counts, _load_hemispheres, _mgh_t_r,
+        exclude_suffixes=(".gii",),
+    ),  # fmt: skip
+    "zarr": Reader(("zarr",), _zarr_counts, lambda f: read_zarr_subject(f.paths[0]), _zarr_t_r),
 }

@@ -7,7 +7,7 @@ A pipeline YAML looks like::
       - {id: sub-02, cifti: data/sub-02.dtseries.nii}
       - {id: sub-03, zarr: data/sub-03.zarr}     # (n_vertices, T) array, hemisphere_sizes attr
       - {id: run-a, left: a.lh.mgz, right: a.rh.mgz, time_slice: [0, 300]}  # part of a run
-    # globs: {left: "data/*.L.func.gii", right: "data/*.R.func.gii"}  # id = common stem
+    # globs: {left: "data/*.L.func.gii", right: "data/*.R.func.gii"}  # or cifti:, zarr:; id = stem
     splits: null                   # null: sorted subjects halved; or {split1: [...], split2: [...]}
     mesh: {left: lh.surf.gii, right: rh.surf.gii}
     display_mesh: null             # {left: lh.inflated.surf.gii, right: ...} for the figures
@@ -57,7 +57,7 @@ from typing import Any
 
 import yaml
 
-from ..io.surface_files import SubjectFiles
+from ..io.surface_files import READERS, SubjectFiles, file_keys
 from .methods import MethodSpec, parse_methods
 from .preprocess import PreprocessSettings
 
@@ -110,8 +110,8 @@ class SvdSettings:
 
 #: the SVD defaults as a mapping (from :class:`SvdSettings`)
 SVD_DEFAULTS: dict[str, Any] = asdict(SvdSettings())
-_SUBJECT_KEYS = {"id", "cifti", "left", "right", "zarr", "time_slice"}
-_GLOB_KEYS = {"cifti", "left", "right"}
+#: a subject entry's keys besides its files' (io's readers name those: ``file_keys()``)
+_SUBJECT_KEYS = {"id", "time_slice"}
 #: split names become file names under the work folder: letters, digits, "_" and "-" only
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -189,8 +189,10 @@ class PipelineConfig:
         d = asdict(self)
         d["subjects"] = [
             {
-                k: (list(v) if isinstance(v, tuple) else path(v) if k != "subject" else v)
-                for k, v in asdict(s).items()
+                "subject": s.subject,
+                "kind": s.kind,
+                **{k: path(p) for k, p in zip(READERS[s.kind].keys, s.paths, strict=True)},
+                "time_slice": list(s.time_slice) if s.time_slice else None,
             }
             for s in self.subjects
         ]
@@ -248,7 +250,7 @@ class PipelineConfig:
         # disjoint time slices of it (two halves of one run)
         owners: dict[str, list[Any]] = {}
         for s in self.subjects:
-            for p in s.paths():
+            for p in s.paths:
                 real = os.path.realpath(p)
                 for other in owners.get(real, []):
                     if other.subject != s.subject and _overlap(other.time_slice, s.time_slice):
@@ -459,42 +461,34 @@ def _subjects(raw: dict[str, Any], base: Path) -> list[SubjectFiles]:
     for j, entry in enumerate(entries):
         if not isinstance(entry, dict) or "id" not in entry:
             raise ValueError(f"subjects[{j}]: a mapping with an 'id' key, got {entry!r}.")
-        _check_keys(entry, _SUBJECT_KEYS, f"subjects[{j}] ({entry['id']})")
+        _check_keys(entry, _SUBJECT_KEYS | file_keys(), f"subjects[{j}] ({entry['id']})")
         sid = str(entry["id"])
         ts = entry.get("time_slice")
+        files = {k: _resolve(entry[k], base) for k in file_keys() if entry.get(k)}
         out.append(
-            SubjectFiles(
-                sid,
-                cifti=_resolve(entry["cifti"], base) if entry.get("cifti") else None,
-                left=_resolve(entry["left"], base) if entry.get("left") else None,
-                right=_resolve(entry["right"], base) if entry.get("right") else None,
-                zarr=_resolve(entry["zarr"], base) if entry.get("zarr") else None,
-                time_slice=(int(ts[0]), int(ts[1])) if ts else None,
+            SubjectFiles.from_keys(
+                sid, time_slice=(int(ts[0]), int(ts[1])) if ts else None, **files
             )
         )
     globs = _mapping(raw.get("globs"), "globs")
-    _check_keys(globs, _GLOB_KEYS, "globs")
+    _check_keys(globs, file_keys(), "globs")
     if globs:
-        for key in ("cifti", "left"):
-            if key in globs:
-                matches = sorted(glob.glob(str(_resolve(globs[key], base))))
-                for m in matches:
-                    stem = Path(m).name.split(".")[0]
-                    if key == "cifti":
-                        out.append(SubjectFiles(stem, cifti=Path(m)))
-                    else:
-                        right_pattern = str(_resolve(globs["right"], base))
-                        right = _match_right(m, right_pattern)
-                        out.append(SubjectFiles(stem, left=Path(m), right=right))
-                break
+        # one format's keys: its first file drives, the others are matched by their stem
+        keys = next(r.keys for r in READERS.values() if r.keys[0] in globs)
+        missing = [k for k in keys if k not in globs]
+        if missing:
+            raise ValueError(f"globs: {keys[0]} needs {', '.join(missing)} as well.")
+        for m in sorted(glob.glob(str(_resolve(globs[keys[0]], base)))):
+            stem = Path(m).name.split(".")[0]
+            others = {k: _match_stem(stem, str(_resolve(globs[k], base)), k) for k in keys[1:]}
+            out.append(SubjectFiles.from_keys(stem, **{keys[0]: Path(m)}, **others))
     if not out:
         raise ValueError("no subjects: give 'subjects' or 'globs' in the pipeline file.")
     return out
 
 
-def _match_right(left: str, right_pattern: str) -> Path:
-    stem = Path(left).name.split(".")[0]
-    for cand in sorted(glob.glob(right_pattern)):
+def _match_stem(stem: str, pattern: str, key: str) -> Path:
+    for cand in sorted(glob.glob(pattern)):
         if Path(cand).name.split(".")[0] == stem:
             return Path(cand)
-    raise FileNotFoundError(f"no right-hemisphere file matching {right_pattern} for {stem}.")
+    raise FileNotFoundError(f"no {key} file matching {pattern} for {stem}.")

@@ -195,7 +195,7 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
     except OSError as err:
         raise PermissionError(f"output folder {out} is not writable: {err}") from err
     _check_work_folder(cfg)
-    missing = [str(p) for s in cfg.subjects for p in s.paths() if not Path(p).exists()]
+    missing = [str(p) for s in cfg.subjects for p in s.paths if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"{len(missing)} input file(s) missing, first: {missing[0]}")
     if set(cfg.mesh) != set(HEMISPHERES):
@@ -209,7 +209,7 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
         except Exception as err:  # nibabel and zarr raise many kinds on a damaged file
             raise ValueError(
                 f"subject {s.subject}: cannot read the header of "
-                f"{', '.join(str(p) for p in s.paths())} ({type(err).__name__}: {err})."
+                f"{', '.join(str(p) for p in s.paths)} ({type(err).__name__}: {err})."
             ) from err
         if counts != sizes:
             raise ValueError(
@@ -261,7 +261,7 @@ def _t_r(cfg: PipelineConfig, s: Any) -> float:
     if tr is None:
         raise ValueError(
             f"subject {s.subject}: a band-pass needs the repetition time and "
-            f"{', '.join(str(p) for p in s.paths())} states none; set preprocess.t_r (seconds)."
+            f"{', '.join(str(p) for p in s.paths)} states none; set preprocess.t_r (seconds)."
         )
     return tr
 
@@ -307,7 +307,7 @@ def _stage_mask(cfg: PipelineConfig, wd: WorkDir, sizes: list[int], log: Log) ->
         "subjects": [
             {
                 "id": s.subject,
-                "files": [file_identity(p) for p in s.paths()],
+                "files": [file_identity(p) for p in s.paths],
                 "time_slice": s.time_slice,
             }
             for s in cfg.subjects
@@ -340,7 +340,7 @@ def _stage_mask(cfg: PipelineConfig, wd: WorkDir, sizes: list[int], log: Log) ->
         if constant.all():
             raise ValueError(
                 f"subject {s.subject}: every vertex is constant (empty or all-zero data?) in "
-                f"{', '.join(str(p) for p in s.paths())}."
+                f"{', '.join(str(p) for p in s.paths)}."
             )
         per_subject[s.subject] = {
             "constant": int(constant.sum()),
@@ -675,9 +675,8 @@ def _write_outputs(
     files = [
         dataset_description(out / "dataset_description.json", version=__version__, command=command)
     ]
-    cifti = next((s.cifti for s in cfg.subjects if s.cifti is not None), None)
-    if not all(s.cifti is not None for s in cfg.subjects):
-        cifti = None
+    # the input's own brain models, when every subject is CIFTI
+    cifti = cfg.subjects[0].paths[0] if all(s.kind == "cifti" for s in cfg.subjects) else None
     vertices = cifti_vertices(cifti) if cifti is not None else None
     space = surface_space(sizes)
     rows = {(r["method"], r["k"]): r for r in scores}

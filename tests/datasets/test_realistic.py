@@ -93,7 +93,7 @@ def test_synth_template_writes_hcp_layout_cifti_that_the_pipeline_reads(tmp_path
     assert img.header.get_axis(0).step == pytest.approx(0.72)
     n_surface = int(bm.surface_mask.sum())
     assert n_surface == 58558 and bm.volume_mask.sum() == 500  # medial wall left out
-    x, sizes = load_subject(SubjectFiles("s", cifti=tmp_path / "sub-001.dtseries.nii"))
+    x, sizes = load_subject(SubjectFiles.from_keys("s", cifti=tmp_path / "sub-001.dtseries.nii"))
     assert sizes == [32492, 32492]
     study = realistic_study(scale=100, n_subjects=(1, 1), n_timepoints=20)
     np.testing.assert_array_equal(x, study.subject_data("sub-001"))

@@ -28,7 +28,7 @@ def test_cifti_dtseries_roundtrip(tmp_path, data):
     img = nib.load(str(p))
     assert isinstance(img.header.get_axis(1), cifti2.BrainModelAxis)
     assert img.header.get_axis(0).step == pytest.approx(0.72)
-    y, s = load_subject(SubjectFiles("s", cifti=p))
+    y, s = load_subject(SubjectFiles.from_keys("s", cifti=p))
     assert s == sizes
     np.testing.assert_array_equal(y, x)
 
@@ -44,7 +44,7 @@ def test_cifti_with_medial_wall_missing(tmp_path, data):
     cols = np.concatenate([x[: sizes[0]][keep], x[sizes[0] :]]).T
     img = cifti2.Cifti2Image(cols, header=(cifti2.SeriesAxis(0, 1, 9), bm))
     nib.save(img, str(tmp_path / "m.dtseries.nii"))
-    y, _ = load_subject(SubjectFiles("m", cifti=tmp_path / "m.dtseries.nii"))
+    y, _ = load_subject(SubjectFiles.from_keys("m", cifti=tmp_path / "m.dtseries.nii"))
     assert np.all(y[:5] == 0)
     np.testing.assert_array_equal(y[5:], x[5:])
 
@@ -54,19 +54,21 @@ def test_gifti_and_mgh_hemispheres(tmp_path, data):
     write_func_gifti(tmp_path / "l.func.gii", x[: sizes[0]], hemisphere="left")
     write_func_gifti(tmp_path / "r.func.gii", x[sizes[0] :], hemisphere="right")
     y, s = load_subject(
-        SubjectFiles("g", left=tmp_path / "l.func.gii", right=tmp_path / "r.func.gii")
+        SubjectFiles.from_keys("g", left=tmp_path / "l.func.gii", right=tmp_path / "r.func.gii")
     )
     np.testing.assert_array_equal(y, x)
     for hemi, part in (("lh", x[: sizes[0]]), ("rh", x[sizes[0] :])):
         nib.save(nib.MGHImage(part[:, None, None, :], np.eye(4)), str(tmp_path / f"{hemi}.mgz"))
-    y, s = load_subject(SubjectFiles("m", left=tmp_path / "lh.mgz", right=tmp_path / "rh.mgz"))
+    files = SubjectFiles.from_keys("m", left=tmp_path / "lh.mgz", right=tmp_path / "rh.mgz")
+    assert files.kind == "mgh"
+    y, s = load_subject(files)
     np.testing.assert_array_equal(y, x)
     assert s == sizes
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_subject(SubjectFiles("x", cifti=tmp_path / "nope.dtseries.nii"))
+        load_subject(SubjectFiles.from_keys("x", cifti=tmp_path / "nope.dtseries.nii"))
 
 
 def test_label_files_open_in_nibabel(tmp_path, data):
@@ -99,8 +101,40 @@ def test_zarr_subject_roundtrip(tmp_path, data):
 
     sizes, x = data
     p = write_zarr_subject(tmp_path / "s.zarr", x, sizes)
-    y, s = load_subject(SubjectFiles("z", zarr=p, time_slice=(2, 7)))
+    y, s = load_subject(SubjectFiles.from_keys("z", zarr=p, time_slice=(2, 7)))
     assert s == sizes
     np.testing.assert_array_equal(y, x[:, 2:7])
     with pytest.raises(ValueError, match="time_slice"):
-        load_subject(SubjectFiles("z", zarr=p, time_slice=(5, 50)))
+        load_subject(SubjectFiles.from_keys("z", zarr=p, time_slice=(5, 50)))
+
+
+def test_subject_files_kind_from_keys_and_one_line_errors(tmp_path):
+    assert SubjectFiles.from_keys("a", cifti=tmp_path / "a.dtseries.nii").kind == "cifti"
+    g = SubjectFiles.from_keys("a", left=tmp_path / "a.L.func.gii", right=tmp_path / "a.R.func.gii")
+    assert g.kind == "gifti" and g.paths == (tmp_path / "a.L.func.gii", tmp_path / "a.R.func.gii")
+    assert SubjectFiles.from_keys("a", zarr=tmp_path / "a.zarr").kind == "zarr"
+    with pytest.raises(ValueError, match=r"^subject a: give one of .*left\+right.*got \['left'\]"):
+        SubjectFiles.from_keys("a", left=tmp_path / "a.L.func.gii")
+    with pytest.raises(ValueError, match="subject b: .* got none"):
+        SubjectFiles.from_keys("b")
+
+
+def test_a_new_format_is_one_reader(tmp_path, monkeypatch, data):
+    """A format registered in READERS alone is read by the pipeline file's subjects entries
+    (the config schema takes its keys from the readers) and by load_subject."""
+    from lsd_dask.io.surface_files import READERS, Reader
+    from lsd_dask.pipeline.config import _subjects
+
+    sizes, x = data
+    np.save(tmp_path / "s1.npy", x)
+    reader = Reader(
+        ("npy",),
+        vertex_counts=lambda f: list(sizes),
+        load=lambda f: (np.load(f.paths[0]), list(sizes)),
+        t_r=lambda f: None,
+    )
+    monkeypatch.setitem(READERS, "npy", reader)
+    (files,) = _subjects({"subjects": [{"id": "s1", "npy": "s1.npy"}]}, tmp_path)
+    assert files.kind == "npy" and files.paths == (tmp_path / "s1.npy",)
+    y, s = load_subject(files)
+    np.testing.assert_array_equal(y, x)

@@ -368,4 +368,4 @@ def test_a_file_damaged_past_its_header_names_subject_and_file(templates, tmp_pa
     data = (templates["cifti"] / path.name).read_bytes()
     path.write_bytes(data[: int(len(data) * 0.6)])
     with pytest.raises(ValueError, match=r"subject sub-002: cannot read .*sub-002\.dtseries"):
-        load_subject(SubjectFiles("sub-002", cifti=path))
+        load_subject(SubjectFiles.from_keys("sub-002", cifti=path))

@@ -110,14 +110,16 @@ def test_t_r_is_read_from_every_format(tmp_path):
         write_func_gifti(tmp_path / f"a.{h}.func.gii", x[:5], hemisphere="left", tr=0.8)
     write_func_gifti(tmp_path / "plain.func.gii", x[:5], hemisphere="left")
     files = {
-        "cifti": SubjectFiles("a", cifti=tmp_path / "a.dtseries.nii"),
-        "zarr": SubjectFiles("a", zarr=tmp_path / "a.zarr"),
-        "gifti": SubjectFiles("a", left=tmp_path / "a.L.func.gii", right=tmp_path / "a.R.func.gii"),
+        "cifti": SubjectFiles.from_keys("a", cifti=tmp_path / "a.dtseries.nii"),
+        "zarr": SubjectFiles.from_keys("a", zarr=tmp_path / "a.zarr"),
+        "gifti": SubjectFiles.from_keys(
+            "a", left=tmp_path / "a.L.func.gii", right=tmp_path / "a.R.func.gii"
+        ),
     }
     for kind, f in files.items():
         assert subject_t_r(f) == pytest.approx(0.8), kind
     plain = tmp_path / "plain.func.gii"
-    assert subject_t_r(SubjectFiles("x", left=plain, right=plain)) is None
+    assert subject_t_r(SubjectFiles.from_keys("x", left=plain, right=plain)) is None
 
 
 def test_pipeline_preprocesses_each_subject_at_ingest(tmp_path, study):
