@@ -39,6 +39,13 @@ class _Main(click.Group):
             raise click.ClickException(f"{text} (--debug shows the traceback)") from None
 
 
+def _pem_option(flag: str, help: str):
+    """An option naming an existing PEM file (the TLS options; defined before use)."""
+    return click.option(
+        flag, type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help=help
+    )
+
+
 @click.group(
     cls=_Main,
     context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
@@ -59,24 +66,9 @@ def main(debug: bool) -> None:
     help="A cluster_configs/*.yaml to run on (overrides the pipeline's).",
 )
 @click.option("--scheduler", default=None, help="Address of a running Dask scheduler.")
-@click.option(
-    "--tls-ca-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="CA certificate (PEM) of a tls:// scheduler.",
-)
-@click.option(
-    "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="Client certificate (PEM) for a tls:// scheduler.",
-)
-@click.option(
-    "--tls-key",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="Client private key (PEM) for a tls:// scheduler.",
-)
+@_pem_option("--tls-ca-file", "CA certificate (PEM) of a tls:// scheduler.")
+@_pem_option("--tls-cert", "Client certificate (PEM) for a tls:// scheduler.")
+@_pem_option("--tls-key", "Client private key (PEM) for a tls:// scheduler.")
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
