@@ -24,6 +24,7 @@ __all__ = [
     "check_random_state",
     "compute",
     "persisted",
+    "to_numpy",
 ]
 
 
@@ -56,6 +57,11 @@ def compute(*arrays: Any) -> tuple[Any, ...]:
     for i, v in zip(lazy, done, strict=True):
         out[i] = v
     return tuple(out)
+
+
+def to_numpy(x: Any, dtype: Any = None) -> np.ndarray:
+    """``x`` as a numpy array, computing it if it is a dask array (for small results)."""
+    return np.asarray(x.compute() if is_dask(x) else x, dtype=dtype)
 
 
 def persisted(x: Any) -> Any:

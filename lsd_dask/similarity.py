@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from ._validation import check_random_state, compute, is_dask, persisted
+from ._validation import check_random_state, compute, is_dask, persisted, to_numpy
 from .linalg.eigen import factor_gram, factor_route, top_eigenpairs, top_eigenpairs_from_factor
 
 __all__ = [
@@ -196,7 +196,7 @@ def gram_factor(
         g = median_bandwidth(X, random_state=rng) if gamma is None else float(gamma)
         m = min(int(n_landmarks), X.shape[0])
         idx = np.sort(rng.choice(X.shape[0], size=m, replace=False))
-        L = np.asarray(X[idx].compute() if is_dask(X) else X[idx], dtype=np.float64)
+        L = to_numpy(X[idx], np.float64)
         Kmm = rbf_kernel(L, L, g)
         w, V = np.linalg.eigh(Kmm)
         keep = w > w.max() * 1e-10
@@ -221,7 +221,7 @@ def median_bandwidth(X: Any, *, n_sample: int = 1000, random_state: Any = None) 
     rng = check_random_state(random_state)
     m = min(n_sample, X.shape[0])
     idx = np.sort(rng.choice(X.shape[0], size=m, replace=False))
-    S = np.asarray(X[idx].compute() if is_dask(X) else X[idx], dtype=np.float64)
+    S = to_numpy(X[idx], np.float64)
     d = cdist(S, S)
     med = float(np.median(d[np.triu_indices(m, 1)])) if m > 1 else 0.0
     if med <= 0:

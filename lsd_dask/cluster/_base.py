@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
-from .._validation import check_array, check_n_clusters, check_random_state
+from .._validation import check_array, check_n_clusters, check_random_state, to_numpy
 
 __all__ = ["ClusterBase", "check_params", "eager_labels"]
 
@@ -20,9 +20,7 @@ def eager_labels(labels: Any) -> np.ndarray:
     eager, whatever the input; arrays of n × k (probabilities, weights) stay lazy for dask
     input and each estimator's Attributes section says so.
     """
-    if hasattr(labels, "compute"):
-        labels = labels.compute()
-    return np.asarray(labels, dtype=np.int64)
+    return to_numpy(labels, np.int64)
 
 
 def _n_features(X: Any) -> int:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import is_dask
+from .._validation import to_numpy
 from ..similarity import unit_rows
 
 __all__ = ["kmeanspp_rows", "sample_rows"]
@@ -52,7 +52,7 @@ def kmeanspp_rows(
     """
     idx = sample_rows(X, rng)
     S = X[idx]
-    S = np.asarray(S.compute() if is_dask(S) else S, dtype=np.float64)
+    S = to_numpy(S, np.float64)
     if metric == "cosine":  # directions only: the seeding ignores row lengths (weights)
         S = unit_rows(S)
     m = S.shape[0]

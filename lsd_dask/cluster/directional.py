@@ -432,7 +432,7 @@ def _best_projection_on(X: Any, D: np.ndarray, labels: Any) -> tuple[Any, Any]:
     dn2 = np.sum(D * D, axis=1)
     inv = 1.0 / np.where(dn2 > 0, dn2, np.inf)
     proj = own_centre_projection(X, labels, D)
-    scale = labels.map_blocks(lambda b: inv[b], dtype=np.float64) if is_dask(X) else inv[labels]
+    scale = _lookup(inv, labels)
     return labels, _clip0(proj) * scale
 
 
@@ -486,7 +486,7 @@ def _best_projection(X: Any, D: np.ndarray) -> tuple[Any, Any]:
     lab = S.argmax(axis=1)
     top = _clip0(S.max(axis=1))
     inv = 1.0 / safe
-    scale = lab.map_blocks(lambda b: inv[b], dtype=np.float64) if is_dask(lab) else inv[lab]
+    scale = _lookup(inv, lab)
     return lab, top * scale
 
 
@@ -546,7 +546,7 @@ def _assign_and_stats(
     for lab, sb in candidates:
         sums = cluster_sums(X, lab, k, weights=sb)
         proj = own_centre_projection(X, lab, D)
-        dsq = lab.map_blocks(lambda b: dn2[b], dtype=np.float64) if is_dask(lab) else dn2[lab]
+        dsq = _lookup(dn2, lab)
         resid = sq - 2.0 * sb * proj + sb**2 * dsq
         lazy += [lab, sb, sums, resid]
     done = compute(*lazy)
@@ -643,6 +643,13 @@ def _s_column_scale(
         StS = A.T @ SbS @ A + m * (A.T @ SbX @ D.T) + m * (D @ SbX.T @ A) + m * m * (D @ G @ D.T)
     norms = np.sqrt(np.maximum(np.diag(StS), 0.0))
     return np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 1.0)
+
+
+def _lookup(values: np.ndarray, labels: Any) -> Any:
+    """``values[labels]`` for numpy or (block by block) dask labels."""
+    if is_dask(labels):
+        return labels.map_blocks(lambda b: values[b], dtype=values.dtype)
+    return values[labels]
 
 
 def _clip0(v: Any) -> Any:

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import AgglomerativeClustering
 
-from .._validation import is_dask
+from .._validation import to_numpy
 from ._base import ClusterBase, _n_features
 
 __all__ = ["MeshWard"]
@@ -73,7 +73,7 @@ class MeshWard(ClusterBase):
     def fit(self, X: Any, y: Any = None) -> MeshWard:
         """Fit to features X (n_samples × n_features)."""
         X, k, _ = self._validate_fit(X)
-        data = np.asarray(X.compute() if is_dask(X) else X)
+        data = to_numpy(X)
         conn = self.connectivity
         if conn is not None and conn.shape != (data.shape[0], data.shape[0]):
             raise ValueError(

@@ -26,7 +26,7 @@ import dask.array as da
 import numpy as np
 import scipy.linalg as sla
 
-from .._validation import as_array, check_random_state, compute, is_dask
+from .._validation import as_array, check_random_state, compute, is_dask, to_numpy
 
 __all__ = [
     "randomized_svd",
@@ -182,7 +182,7 @@ def streaming_svd(
         raise ValueError(f"n_keep={keep} must be at least k={k}.")
     W: np.ndarray | None = None
     for b in blocks:
-        b = np.asarray(b.compute() if is_dask(b) else b)
+        b = to_numpy(b)
         dtype = np.float32 if b.dtype == np.float32 else np.float64
         W = (
             b.astype(dtype, copy=False)

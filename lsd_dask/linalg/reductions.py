@@ -12,7 +12,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
-from .._validation import is_dask
+from .._validation import is_dask, to_numpy
 
 __all__ = ["cluster_sums", "own_centre_projection", "rows_like"]
 
@@ -79,7 +79,7 @@ def rows_like(v: Any, X: Any) -> Any:
     """Return ``v`` (n_samples,) chunked like the rows of a dask ``X``; for numpy ``X``,
     ``v`` as numpy."""
     if not is_dask(X):
-        return np.asarray(v.compute() if is_dask(v) else v)
+        return to_numpy(v)
     if is_dask(v):
         return v.rechunk((X.chunks[0],)) if v.chunks[0] != X.chunks[0] else v
     return da.from_array(np.asarray(v), chunks=(X.chunks[0],))
