@@ -24,6 +24,7 @@ from distributed import Client, LocalCluster
 
 __all__ = [
     "active_client",
+    "scattered_rows",
     "connect",
     "load_cluster_config",
     "check_cluster_config",
@@ -82,6 +83,30 @@ def active_client() -> Client | None:
         return get_client()
     except ValueError:  # no client in this process
         return None
+
+
+def scattered_rows(X: Any, chunk: int) -> Any:
+    """A dask array of X's row blocks of ``chunk`` rows, the blocks scattered to the workers.
+
+    With an active client, each block is sent to a worker once (``Client.scatter``) and the
+    array's graph holds only the futures: ``dask.array.from_array`` on a large numpy (or
+    memory-mapped) array puts the data in the graph instead, which every computation
+    would ship to the scheduler again ("Sending large graph"). Without a client it is
+    ``from_array``.
+    """
+    import dask.array as da
+    import numpy as np
+
+    client = active_client()
+    starts = list(range(0, X.shape[0], chunk))
+    if client is None:
+        return da.from_array(X, chunks=(chunk, X.shape[1]))
+    blocks = [np.ascontiguousarray(X[a : a + chunk]) for a in starts]
+    futures = client.scatter(blocks, hash=False)
+    parts = [
+        da.from_delayed(f, b.shape, dtype=b.dtype) for f, b in zip(futures, blocks, strict=True)
+    ]
+    return da.concatenate(parts, axis=0)
 
 
 def load_cluster_config(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -126,3 +126,28 @@ def test_local_config_starts_and_closes_cluster():
         assert len(client.scheduler_info()["workers"]) == 2
         cluster = client._owned_cluster
     assert cluster.status.name in ("closed", "closing")
+
+
+def test_scattered_rows_keep_the_data_out_of_the_graph(proc_cluster):
+    """Features sent to the workers once: the graph holds futures, not the array (with
+    ``from_array`` every task graph that reads them carries all of X)."""
+    import pickle
+
+    from lsd_dask.distributed import scattered_rows
+
+    X = np.random.default_rng(0).standard_normal((5000, 40)).astype(np.float32)  # 0.8 MB
+
+    def largest_task(arr):
+        return max(len(pickle.dumps(v)) for v in dict(arr.__dask_graph__()).values())
+
+    with connect(proc_cluster.address, log=None) as client:
+        client.wait_for_workers(2, timeout=60)
+        F = scattered_rows(X, 1024)
+        assert F.chunks[0] == (1024, 1024, 1024, 1024, 904)
+        assert largest_task(F) < 10_000
+        assert largest_task(da.from_array(X, chunks=(1024, 40))) > 100_000  # what it avoids
+        np.testing.assert_array_equal(F.compute(), X)
+        labels = SphericalKMeans(5, random_state=0).fit(F).labels_
+    np.testing.assert_array_equal(labels, SphericalKMeans(5, random_state=0).fit(X).labels_)
+    # without a client: a plain from_array
+    np.testing.assert_array_equal(scattered_rows(X, 1024).compute(), X)

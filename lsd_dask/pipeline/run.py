@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from distributed import KilledWorker
 
 from .. import __version__
-from ..distributed import active_client
+from ..distributed import active_client, scattered_rows
 from ..io.atomic import atomic_write_text
 from ..io.bids import bids_label, bids_name, dataset_description, lookup_table, surface_space
 from ..io.storage import Folder, is_local
@@ -543,8 +543,8 @@ def _features(
         F = np.asarray(U)
         F = unit_rows(F if scale is None else F * scale)
     else:
-        chunk = max(1, min(U.shape[0], 16384))
-        F = da.from_array(U, chunks=(chunk, U.shape[1]))
+        # sent to the workers once, not embedded in every graph that reads them
+        F = scattered_rows(U, max(1, min(U.shape[0], 16384)))
         F = unit_rows(F if scale is None else F * scale)
     if smoothing is not None:
         steps, A = smoothing
