@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import dask
 import dask.array as da
@@ -314,33 +314,32 @@ def tsqr(Y: Any, row_chunks: tuple, *, persist: bool = True) -> Any:
     return _persisted(Q) if persist else Q
 
 
-class _Passes:
+class _Passes(Protocol):
     """How a pass reads X: the products the range finder needs, each one read of X.
 
     ``sketch``: X Ω; ``power``: X (Xᵀ Q) from one read; ``transpose``: Xᵀ Q (computed);
     ``times``: X W for a small m × l W; ``orthonormal``: a basis of an n × l product.
+    ``eager``: each pass runs when it is asked for (False: one lazy graph at the end).
+    Implemented by :class:`_NumpyPasses`, :class:`_DaskPasses` and :class:`_BlockPasses`.
     """
 
-    eager = True  # each pass runs when it is asked for
+    eager: bool
 
-    def sketch(self) -> Any:
-        raise NotImplementedError
+    def sketch(self) -> Any: ...
 
-    def power(self, Q: Any) -> Any:
-        raise NotImplementedError
+    def power(self, Q: Any) -> Any: ...
 
-    def transpose(self, Q: Any) -> np.ndarray:
-        raise NotImplementedError
+    def transpose(self, Q: Any) -> np.ndarray: ...
 
-    def times(self, W: np.ndarray) -> Any:
-        raise NotImplementedError
+    def times(self, W: np.ndarray) -> Any: ...
 
-    def orthonormal(self, Y: Any) -> Any:
-        raise NotImplementedError
+    def orthonormal(self, Y: Any) -> Any: ...
 
 
-class _NumpyPasses(_Passes):
+class _NumpyPasses:
     """X in memory."""
+
+    eager = True
 
     def __init__(self, X: np.ndarray, l: int, seed: int) -> None:
         self.X, self.l, self.seed = X, l, seed
@@ -361,7 +360,7 @@ class _NumpyPasses(_Passes):
         return np.linalg.qr(Y)[0]
 
 
-class _DaskPasses(_Passes):
+class _DaskPasses:
     """X as a dask array, read through its own graph: a task per column block (which reads
     that block once) and a tree sum of the n × l contributions."""
 
@@ -401,7 +400,7 @@ class _DaskPasses(_Passes):
         return tsqr(Y, self.X.chunks[0], persist=self.eager)
 
 
-class _BlockPasses(_Passes):
+class _BlockPasses:
     """X as a column-block source, with the reads inside the tasks.
 
     The column blocks are split into one contiguous group per worker thread; a task per
