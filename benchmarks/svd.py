@@ -184,15 +184,11 @@ def exact_gram_large(store: Path, k: int, *, block_rows: int = 2048) -> tuple:
     ``1e-10 λ₁``: a certificate that the eigenpairs are exact to float64 working accuracy,
     at a fraction of a full 33,000² eigh (~35 min here). Pass 2 forms ``U = X V / s``.
     """
-    import zarr
-
-    z = zarr.open_group(store, mode="r")["data"]
-    n, m = z.shape
-    step = z.chunks[0]
+    rows_of, n, m, step = _row_reader(store)
     G = np.zeros((m, m))
     panel = 2048
     for r0 in range(0, n, step):
-        rows = np.asarray(z[r0 : r0 + step])  # one chunk row: every chunk read once
+        rows = rows_of(r0)  # one chunk row: every chunk read once
         for b0 in range(0, rows.shape[0], block_rows):
             A = rows[b0 : b0 + block_rows].astype(np.float64)
             # upper block-triangle only (as syrk would), one column panel at a time
@@ -223,7 +219,7 @@ def exact_gram_large(store: Path, k: int, *, block_rows: int = 2048) -> tuple:
     Vk = V[:, :k]
     U = np.empty((n, k), np.float64)
     for r0 in range(0, n, step):
-        U[r0 : r0 + step] = np.asarray(z[r0 : r0 + step], np.float64) @ Vk
+        U[r0 : r0 + step] = rows_of(r0).astype(np.float64) @ Vk
     U /= s
     return U, s, {"iterations": it, "max_residual": float(res.max())}
 
@@ -260,24 +256,33 @@ def keep_sweep(sizes: list, factors: list, out: Path) -> None:
             )
 
 
+def _row_reader(store: Path):
+    """(rows_of(r0), n, m, step): a chunk row of the split (every subject side by side)."""
+    from lsd_dask.io import open_split
+
+    arrays = open_split(store).arrays
+    step = arrays[0].chunks[0]
+
+    def rows_of(r0: int) -> np.ndarray:
+        return np.concatenate([np.asarray(a[r0 : r0 + step]) for a in arrays], axis=1)
+
+    return rows_of, arrays[0].shape[0], sum(a.shape[1] for a in arrays), step
+
+
 def check_reference(store: Path, U: np.ndarray, s: np.ndarray) -> float:
     """Largest ``‖X Xᵀ u − σ² u‖ / σ₁²`` over the reference's pairs, in float64 from X.
 
     Independent of how the reference was found (it touches X, not the Gram matrix): two
     float64 passes over the store, one chunk row at a time.
     """
-    import zarr
-
-    z = zarr.open_group(store, mode="r")["data"]
-    n, m = z.shape
-    step = z.chunks[0]
+    rows_of, n, m, step = _row_reader(store)
     U = U.astype(np.float64)
     W = np.zeros((m, U.shape[1]))
     for r0 in range(0, n, step):
-        W += np.asarray(z[r0 : r0 + step], np.float64).T @ U[r0 : r0 + step]
+        W += rows_of(r0).astype(np.float64).T @ U[r0 : r0 + step]
     worst = 0.0
     for r0 in range(0, n, step):
-        R = np.asarray(z[r0 : r0 + step], np.float64) @ W - U[r0 : r0 + step] * s**2
+        R = rows_of(r0).astype(np.float64) @ W - U[r0 : r0 + step] * s**2
         worst = max(worst, float(np.abs(R).max()))
     return worst / float(s[0]) ** 2
 

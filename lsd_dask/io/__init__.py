@@ -1,5 +1,5 @@
-"""All file access: Zarr stores for out-of-core arrays (nibabel readers come later)."""
+"""All file access: subject files (nibabel readers), Zarr split stores, work folders."""
 
-from .zarr_store import SplitStore, open_split, write_split
+from .zarr_store import SplitStore, SplitWriter, build_split, open_split, write_split
 
-__all__ = ["SplitStore", "open_split", "write_split"]
+__all__ = ["SplitStore", "SplitWriter", "build_split", "open_split", "write_split"]

@@ -1,10 +1,14 @@
 """Zarr v3 layout of one split: vertices × (subjects · timepoints), float32.
 
-Layout: a Zarr group with one array ``data`` of shape ``(n_vertices, n_subjects * T)``,
-chunked one subject per column chunk and ``vertex_chunk`` vertices per row chunk (sized for
-64–256 MB chunks by default), plus group attributes: ``subjects`` (ids), ``timepoints``
-(per subject), ``vertex_mask`` (kept vertices, as a list of bools or None), ``mesh`` (an
-identity string) and ``complete``.
+Layout (``layout`` 2): a Zarr group with one array per subject, ``subject/<j>`` of shape
+``(n_rows, T_j)``, chunked ``vertex_chunk`` rows by the subject's whole run (64–256 MB
+chunks by default), plus group attributes: ``subjects`` (ids), ``timepoints`` (per
+subject), ``vertex_mask`` (kept vertices of the full surface, as a list of bools or None),
+``rows`` (``"kept"``: the arrays hold the kept vertices only; ``"surface"``: every surface
+vertex, and readers take the kept rows), ``mesh`` (an identity string), ``layout`` and
+``complete``. One array per subject lets independent tasks write their own subject
+(:func:`build_split`) without knowing the other subjects' lengths, and the
+``"surface"`` rows let them write before the mask, which needs every subject, is known.
 
 Writes are atomic (:mod:`lsd_dask.io.atomic`): the group is built under a temporary
 sibling name holding ``.partial-``, marked ``complete``, then renamed into place. A killed
@@ -41,18 +45,22 @@ from .storage import Folder, is_local
 __all__ = [
     "ColumnBlocks",
     "SplitStore",
+    "SplitWriter",
+    "build_split",
     "write_split",
     "open_split",
     "verify_split",
     "vertex_chunk_for",
 ]
 
-_ARRAY = "data"
+#: the store layout this version writes and reads (1: one ``data`` array, before 0.2)
+LAYOUT = 2
+_SUBJECT = "subject"
 
 
 @dataclass(frozen=True)
 class SplitStore:
-    """An opened split: the lazy data and its metadata."""
+    """An opened split: the lazy data (kept vertices × all time points) and its metadata."""
 
     data: da.Array
     subjects: list[str]
@@ -63,39 +71,46 @@ class SplitStore:
     storage_options: dict[str, Any] | None = None
 
     @property
-    def array(self) -> Any:
-        """The read-only ``zarr.Array`` behind ``data``."""
-        return _open_group(self.path, self.storage_options)["data"]
+    def arrays(self) -> list[Any]:
+        """The read-only ``zarr.Array`` of every subject, in order."""
+        group = _open_group(self.path, self.storage_options)
+        return [group[f"{_SUBJECT}/{j}"] for j in range(len(self.subjects))]
 
     @property
     def column_blocks(self) -> ColumnBlocks:
         """The data as a column-block reader: the fastest input of
         :func:`lsd_dask.linalg.randomized_svd`, whose tasks then read it themselves."""
-        return ColumnBlocks(self.array)
+        group = _open_group(self.path, self.storage_options)
+        return ColumnBlocks(tuple(self.arrays), _read_rows(dict(group.attrs)))
 
 
 @dataclass(frozen=True)
 class ColumnBlocks:
-    """A Zarr array read by column blocks straight into a caller's buffer.
+    """A split's subject arrays read by column blocks straight into a caller's buffer.
 
     The source that :func:`lsd_dask.linalg.randomized_svd` reads inside its tasks
     (``read_columns``), so linear algebra needs no storage library. It pickles with the
-    array's store, so each worker opens the store itself.
+    arrays' store, so each worker opens the store itself.
 
     Attributes
     ----------
-    z : zarr.Array of shape (n_rows, n_columns)
+    arrays : tuple of zarr.Array, each of shape (n_stored_rows, T_j)
+        The subjects, side by side in columns.
+    rows : ndarray of int, optional
+        The stored rows to read (the kept vertices); None reads every row.
     """
 
-    z: Any
+    arrays: tuple[Any, ...]
+    rows: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
-        return tuple(self.z.shape)
+        n = self.arrays[0].shape[0] if self.rows is None else self.rows.size
+        return (int(n), int(sum(a.shape[1] for a in self.arrays)))
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(self.z.dtype)
+        return np.dtype(self.arrays[0].dtype)
 
     @property
     def ndim(self) -> int:
@@ -103,27 +118,154 @@ class ColumnBlocks:
 
     @property
     def chunks(self) -> tuple[int, int]:
-        """Rows and columns of one stored chunk."""
-        return tuple(self.z.chunks)
+        """Rows of one stored chunk, and the longest subject (one column chunk each)."""
+        return (int(self.arrays[0].chunks[0]), int(max(a.shape[1] for a in self.arrays)))
 
     def read_columns(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
-        """Columns ``start:stop`` (all rows) into ``out`` (n_rows × (stop − start), the
-        array's dtype), without an intermediate copy."""
+        """Columns ``start:stop`` (all read rows) into ``out`` (n_rows × (stop − start), the
+        arrays' dtype), without an intermediate copy."""
         from zarr.core.buffer import default_buffer_prototype
 
-        buf = default_buffer_prototype().nd_buffer.from_numpy_array(out)
-        self.z.get_basic_selection((slice(None), slice(start, stop)), out=buf)
+        nd = default_buffer_prototype().nd_buffer
+        c0 = 0
+        for a in self.arrays:
+            c1 = c0 + a.shape[1]
+            lo, hi = max(start, c0), min(stop, c1)
+            if lo < hi:
+                dst = nd.from_numpy_array(out[:, lo - start : hi - start])
+                cols = slice(lo - c0, hi - c0)
+                if self.rows is None:
+                    a.get_basic_selection((slice(None), cols), out=dst)
+                else:  # zarr copies the kept rows out of each decoded chunk
+                    a.get_orthogonal_selection((self.rows, cols), out=dst)
+            c0 = c1
         return out
 
     def to_dask(self) -> da.Array:
         """The same data as a lazy dask array (one task per stored chunk)."""
-        return da.from_zarr(self.z)
+        return _lazy(self.arrays, self.rows)
+
+
+@dataclass(frozen=True)
+class SplitWriter:
+    """Writes the subjects of a split store being built (see :func:`build_split`).
+
+    Picklable: tasks on the workers each write their own subject with :meth:`write`.
+    """
+
+    path: str
+    n_rows: int
+    vertex_chunk: int | None = None
+    compressor: str | None = None
+    storage_options: dict[str, Any] | None = None
+
+    def write(self, index: int, subject: str, x: np.ndarray) -> int:
+        """Store subject number ``index`` (n_rows × T, finite); return its T."""
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[0] != self.n_rows:
+            raise ValueError(
+                f"subject {subject!r} has shape {x.shape}; expected ({self.n_rows}, T)."
+            )
+        if not np.isfinite(x).all():
+            raise ValueError(
+                f"subject {subject!r}: {int((~np.isfinite(x)).any(axis=1).sum())} vertices "
+                f"hold NaN or inf values; nothing was written to {self.path}."
+            )
+        t = int(x.shape[1])
+        rows = self.vertex_chunk or vertex_chunk_for(self.n_rows, t)
+        group = _open_group(self.path, self.storage_options, mode="a")
+        arr = group.create_array(
+            f"{_SUBJECT}/{index}",
+            shape=x.shape,
+            chunks=(rows, max(t, 1)),
+            dtype="float32",
+            compressors=_compressors(self.compressor),
+            fill_value=0.0,
+            overwrite=True,
+            # every chunk is stored, even all-zero ones, so that a missing chunk always
+            # means a store the reader cannot see, never data (see verify_split)
+            config={"write_empty_chunks": True},
+        )
+        arr[:] = x.astype(np.float32, copy=False)
+        return t
+
+    def finish(
+        self,
+        subjects: list[str],
+        timepoints: list[int],
+        *,
+        vertex_mask: np.ndarray | None = None,
+        rows: str = "kept",
+        mesh: str | None = None,
+    ) -> None:
+        """Record the metadata and mark the store complete (after every :meth:`write`).
+
+        ``rows="kept"``: the arrays hold the ``vertex_mask`` vertices; ``"surface"``: every
+        vertex of the surface, of which readers take the ``vertex_mask`` ones.
+        """
+        if vertex_mask is not None:
+            vertex_mask = np.asarray(vertex_mask, bool)
+            if rows == "kept" and int(vertex_mask.sum()) != self.n_rows:
+                raise ValueError(
+                    "vertex_mask marks the stored vertices of the full surface: its True "
+                    f"count ({int(vertex_mask.sum())}) must equal n_vertices ({self.n_rows})."
+                )
+            if rows == "surface" and vertex_mask.size != self.n_rows:
+                raise ValueError(
+                    f"vertex_mask has {vertex_mask.size} entries for {self.n_rows} stored "
+                    "surface vertices."
+                )
+        if rows not in ("kept", "surface"):
+            raise ValueError(f"rows must be 'kept' or 'surface', got {rows!r}.")
+        group = _open_group(self.path, self.storage_options, mode="a")
+        group.attrs.update(
+            {
+                "subjects": [str(s) for s in subjects],
+                "timepoints": [int(t) for t in timepoints],
+                "vertex_mask": None if vertex_mask is None else vertex_mask.tolist(),
+                "rows": rows,
+                "mesh": mesh,
+                "layout": LAYOUT,
+                "complete": True,
+            }
+        )
 
 
 def vertex_chunk_for(n_vertices: int, n_timepoints: int, target_mb: float = 128.0) -> int:
     """Rows per chunk so that one (rows × T) float32 chunk is about ``target_mb``."""
     rows = int(target_mb * 2**20 / (4 * max(n_timepoints, 1)))
     return int(max(1, min(n_vertices, rows)))
+
+
+@contextmanager
+def build_split(
+    path: str | os.PathLike[str],
+    *,
+    n_rows: int,
+    vertex_chunk: int | None = None,
+    compressor: str | None = None,
+    overwrite: bool = False,
+    storage_options: dict[str, Any] | None = None,
+) -> Iterator[SplitWriter]:
+    """Build a split store whose subjects are written independently (for example by tasks
+    on the workers), atomically: nothing opens at ``path`` until the block ends without an
+    error after :meth:`SplitWriter.finish`.
+
+    Examples
+    --------
+    >>> with build_split(path, n_rows=n) as w:  # doctest: +SKIP
+    ...     ts = client.gather(client.map(w.write, range(s), ids, arrays))
+    ...     w.finish(ids, ts)
+    """
+    folder = _parent(path, storage_options)
+    final = os.fspath(path) if not folder.local else os.path.abspath(os.fspath(path))
+    if folder.exists(final) and not overwrite:
+        raise FileExistsError(f"{final} exists; pass overwrite=True to replace it.")
+    with _writing(final, folder) as tmp:
+        _open_group(tmp, storage_options, mode="w")
+        yield SplitWriter(str(tmp), int(n_rows), vertex_chunk, compressor, storage_options)
+        if not dict(_open_group(tmp, storage_options).attrs).get("complete"):
+            raise RuntimeError(f"{final}: SplitWriter.finish() was not called; nothing kept.")
 
 
 def write_split(
@@ -148,8 +290,9 @@ def write_split(
         Consumed once; arrays may be numpy or dask.
     n_vertices : int
     timepoints : int or list of int
-        T of every subject (int), or one per subject. Column chunks follow the subjects.
-    vertex_mask : bool ndarray of shape (n_vertices,), optional
+        T of every subject (int), or one per subject.
+    vertex_mask : bool ndarray of shape (n_surface_vertices,), optional
+        The surface vertices the rows are (its True count is ``n_vertices``).
     mesh : str, optional
         An identity of the surface (e.g. "fsLR32k" or a file hash).
     vertex_chunk : int, optional
@@ -164,81 +307,42 @@ def write_split(
     -------
     The path of the completed store (a URL stays a string).
     """
-    folder = _parent(path, storage_options)
-    final = os.fspath(path) if not folder.local else os.path.abspath(os.fspath(path))
-    if folder.exists(final) and not overwrite:
-        raise FileExistsError(f"{final} exists; pass overwrite=True to replace it.")
-    if isinstance(timepoints, int):
-        raise_count = False
-        tps: list[int] | None = None
-        t_max = int(timepoints)
-    else:
-        tps = [int(t) for t in timepoints]
-        raise_count = True
-        t_max = max(tps)
+    tps = [int(timepoints)] if isinstance(timepoints, int) else [int(t) for t in timepoints]
     if vertex_mask is not None and int(np.count_nonzero(vertex_mask)) != n_vertices:
         raise ValueError(
             "vertex_mask marks the stored vertices of the full surface: its True count "
             f"({int(np.count_nonzero(vertex_mask))}) must equal n_vertices ({n_vertices})."
         )
-    rows = vertex_chunk or vertex_chunk_for(n_vertices, t_max)
-    with _writing(final, folder) as tmp:
-        group = _open_group(tmp, storage_options, mode="w")
-        # the column count grows subject by subject: subjects are consumed lazily, one in
-        # memory at a time; chunks hold one subject (the longest T when lengths differ)
-        arr = group.create_array(
-            _ARRAY,
-            shape=(n_vertices, 0),
-            chunks=(rows, t_max),
-            dtype="float32",
-            compressors=_compressors(compressor),
-            fill_value=0.0,
-            # every chunk is stored, even all-zero ones, so that a missing chunk always
-            # means a store the reader cannot see, never data (see verify_split)
-            config={"write_empty_chunks": True},
-        )
-        col = 0
+    with build_split(
+        path,
+        n_rows=n_vertices,
+        vertex_chunk=vertex_chunk,
+        compressor=compressor,
+        overwrite=overwrite,
+        storage_options=storage_options,
+    ) as w:
         ids: list[str] = []
         written: list[int] = []
         for j, (sid, x) in enumerate(subjects):
-            t = tps[j] if tps is not None and j < len(tps) else None
+            expected_t = tps[0] if isinstance(timepoints, int) else tps[min(j, len(tps) - 1)]
             x = x.compute() if isinstance(x, da.Array) else np.asarray(x)
-            if not np.isfinite(x).all():
-                raise ValueError(
-                    f"subject {sid!r}: {int((~np.isfinite(x)).any(axis=1).sum())} vertices hold "
-                    f"NaN or inf values; nothing was written to {final}."
-                )
-            expected_t = t if t is not None else t_max
             if x.shape != (n_vertices, expected_t):
                 raise ValueError(
                     f"subject {sid!r} has shape {x.shape}; expected ({n_vertices}, {expected_t})."
                 )
-            arr.resize((n_vertices, col + expected_t))
-            arr[:, col : col + expected_t] = x.astype(np.float32, copy=False)
-            col += expected_t
+            written.append(w.write(j, str(sid), x))
             ids.append(str(sid))
-            written.append(expected_t)
-        if raise_count and tps is not None and len(written) != len(tps):
+        if not isinstance(timepoints, int) and len(written) != len(tps):
             raise ValueError(f"{len(tps)} timepoint counts for {len(written)} subjects.")
-        tps = written
-        group.attrs.update(
-            {
-                "subjects": ids,
-                "timepoints": tps,
-                "vertex_mask": None
-                if vertex_mask is None
-                else np.asarray(vertex_mask, bool).tolist(),
-                "mesh": mesh,
-                "complete": True,
-            }
-        )
-    return Path(final) if folder.local else final
+        w.finish(ids, written, vertex_mask=vertex_mask, rows="kept", mesh=mesh)
+    folder = _parent(path, storage_options)
+    return Path(os.path.abspath(os.fspath(path))) if folder.local else os.fspath(path)
 
 
 def open_split(
     path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
 ) -> SplitStore:
-    """Open a completed split store lazily (``dask.array.from_zarr``, the store's chunks)."""
+    """Open a completed split store lazily (one dask chunk per stored chunk)."""
     p = os.fspath(path)
     folder = _parent(p, storage_options)
     if not folder.exists(p):
@@ -247,11 +351,17 @@ def open_split(
     attrs = dict(group.attrs)
     if not attrs.get("complete"):
         raise ValueError(f"{p} is not a complete split store (interrupted write?); rewrite it.")
-    arr = group[_ARRAY]
+    if attrs.get("layout") != LAYOUT:
+        raise ValueError(
+            f"{p} has store layout {attrs.get('layout', 1)}, this lsd-dask reads {LAYOUT}; "
+            "rewrite it (a pipeline run re-ingests by itself)."
+        )
+    subjects = list(attrs["subjects"])
+    arrays = [group[f"{_SUBJECT}/{j}"] for j in range(len(subjects))]
     mask = attrs.get("vertex_mask")
     return SplitStore(
-        data=da.from_zarr(arr),
-        subjects=list(attrs["subjects"]),
+        data=_lazy(arrays, _read_rows(attrs)),
+        subjects=subjects,
         timepoints=[int(t) for t in attrs["timepoints"]],
         vertex_mask=None if mask is None else np.asarray(mask, bool),
         mesh=attrs.get("mesh"),
@@ -278,19 +388,35 @@ def verify_split(
         )
     try:
         group = _open_group(p, storage_options)
-        arr = group[_ARRAY]
         complete = bool(group.attrs.get("complete"))
+        n_subjects = len(group.attrs.get("subjects") or [])
+        arrays = [group[f"{_SUBJECT}/{j}"] for j in range(n_subjects)]
     except (KeyError, FileNotFoundError, ValueError) as err:
         raise ValueError(f"split store {where} cannot be opened ({err}); rewrite it.") from None
     if not complete:
         raise ValueError(f"split store {where} lacks its completion mark; rewrite it.")
-    found, expected = int(arr.nchunks_initialized), int(arr.nchunks)
+    found = sum(int(a.nchunks_initialized) for a in arrays)
+    expected = sum(int(a.nchunks) for a in arrays)
     if found != expected:
         raise ValueError(
             f"split store {where} has {found} of its {expected} chunks: the work folder must "
             "be shared with the Dask workers, completely."
         )
     return expected
+
+
+def _read_rows(attrs: dict[str, Any]) -> np.ndarray | None:
+    """The stored rows a reader takes: the kept ones of a store that holds the surface."""
+    mask = attrs.get("vertex_mask")
+    if attrs.get("rows") != "surface" or mask is None:
+        return None
+    mask = np.asarray(mask, bool)
+    return None if mask.all() else np.flatnonzero(mask)
+
+
+def _lazy(arrays: list[Any] | tuple[Any, ...], rows: np.ndarray | None) -> da.Array:
+    data = da.concatenate([da.from_zarr(a) for a in arrays], axis=1)
+    return data if rows is None else data[rows]
 
 
 def _parent(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> Folder:

@@ -3,10 +3,11 @@
 Stages (each writes under ``<output>/work`` with an atomic rename, and is skipped on a
 re-run only when its stamp records the same inputs and settings; see ``workdir``):
 
-1. ``mask``: read every subject once; check vertex counts against the meshes; mark vertices
-   constant (the medial wall) or non-finite in any subject.
-2. ``ingest``: per split, demean and variance-normalise every kept vertex of every subject
-   and write the split's Zarr store (vertices × subjects·time, one subject per chunk).
+1–2. ``mask`` and ``ingest`` (one pass, :mod:`.ingest`): a task per subject on the
+   workers reads it once; checks its vertex counts against the meshes; marks vertices
+   constant (the medial wall) or non-finite; demeans and variance-normalises every vertex
+   and writes its array of the split's Zarr store. The mask (a vertex bad in any subject
+   is dropped) is combined at the end, and readers of the store take the kept rows.
 3. ``svd``: per split, the leading left singular vectors (randomized or streaming SVD).
 4. ``cluster``: rows of U·Σ or of U (each method's default, or ``features:``),
    unit-normalised, clustered for every method and K.
@@ -44,13 +45,11 @@ from ..io.surface_files import (
     HEMISPHERES,
     cifti_vertices,
     load_mesh,
-    load_subject,
-    subject_t_r,
     vertex_counts,
     write_dlabel,
     write_label_gifti,
 )
-from ..io.zarr_store import open_split, verify_split, write_split
+from ..io.zarr_store import open_split, verify_split
 from ..linalg import randomized_svd, streaming_svd
 from ..linalg.randomized import svd_task_bytes
 from ..similarity import unit_rows
@@ -62,16 +61,16 @@ from ..surface import (
     smooth_on_mesh,
     smoothing_steps,
 )
+from ._log import Log, bar
 from .config import PipelineConfig
+from .ingest import stage_mask_and_ingest, subject_t_r_of
 from .methods import MethodSpec, build_estimator
-from .preprocess import clean_subject, read_confounds
+from .preprocess import read_confounds
 from .report_html import write_report_html
 from .scores import explain_scores, score_pair
-from .workdir import WorkDir, file_identity
+from .workdir import WorkDir
 
 __all__ = ["run_pipeline", "preflight"]
-
-Log = Callable[[str], None]
 
 
 def run_pipeline(
@@ -90,37 +89,17 @@ def run_pipeline(
     wd = WorkDir(cfg.work_url, log, cfg.storage_options)
     wd.remove_partials()
     splits = cfg.resolved_splits()
-    by_id = {s.subject: s for s in cfg.subjects}
 
+    # mask and ingest: one pass, every subject read once (see .ingest)
     t0 = time.perf_counter()
-    mask_info = _stage_mask(cfg, wd, sizes, log)
-    kept = wd.load_npy(wd.mask)
-    timings["mask"] = time.perf_counter() - t0
-    log(
-        f"[mask] {int((~kept).sum())} of {kept.size} vertices masked "
-        f"(constant or non-finite in some subject)"
-    )
-
-    n_kept = int(kept.sum())
-    for k in cfg.ks:
-        if k > n_kept:
-            raise ValueError(
-                f"K={k} is larger than the {n_kept} unmasked vertices (of {kept.size}); "
-                "lower ks (--k)."
-            )
-
-    t0 = time.perf_counter()
-    ingest_smoothing = None
+    smoothing = None
     if cfg.preprocess.smoothing_mm > 0:
-        V, A_kept = _kept_mesh(meshes, sizes, kept)
-        ingest_smoothing = (smoothing_steps(V, A_kept, cfg.preprocess.smoothing_mm), A_kept)
-        log(
-            f"[ingest] each subject blurred along the mesh: FWHM "
-            f"{cfg.preprocess.smoothing_mm:g} mm ({ingest_smoothing[0]} averaging steps)"
-        )
-    for split, ids in splits.items():
-        _stage_ingest(cfg, split, [by_id[i] for i in ids], kept, wd, log, ingest_smoothing)
-    timings["ingest"] = time.perf_counter() - t0
+        smoothing = _ingest_smoothing(cfg, meshes, sizes, log)
+    mask_info = stage_mask_and_ingest(
+        cfg, splits, wd, log, sizes, smoothing, check=lambda kept: _check_kept(cfg, kept, log)
+    )
+    kept = wd.load_npy(wd.mask)
+    timings["mask_ingest"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     svd_info = {split: _stage_svd(cfg, split, wd, log) for split in splits}
@@ -138,7 +117,7 @@ def run_pipeline(
     features: dict[Any, Any] = {}  # loaded on first need: a resumed run may need none
     mesh = _kept_mesh(meshes, sizes, kept) if any(m.needs_mesh for m in cfg.methods) else None
     for i, (split, spec, k) in enumerate(jobs, 1):
-        log(f"[cluster] {_bar(i - 1, len(jobs))} next: {split} {spec.name} K={k}")
+        log(f"[cluster] {bar(i - 1, len(jobs))} next: {split} {spec.name} K={k}")
         _stage_cluster(cfg, split, spec, k, features, kept, wd, log, mesh)
     timings["cluster"] = time.perf_counter() - t0
 
@@ -242,7 +221,7 @@ def _check_preprocess(cfg: PipelineConfig) -> None:
             path = pp.confound_path(s.subject)
             read_confounds(path, pp.confound_columns, s.subject, time_slice=s.time_slice)
         if pp.band_pass:
-            tr = _t_r(cfg, s)
+            tr = subject_t_r_of(cfg, s)
             nyquist = 0.5 / tr
             for edge in ("high_pass", "low_pass"):
                 hz = getattr(pp, edge)
@@ -253,17 +232,19 @@ def _check_preprocess(cfg: PipelineConfig) -> None:
                     )
 
 
-def _t_r(cfg: PipelineConfig, s: Any) -> float:
-    """The subject's TR: ``preprocess.t_r``, else its file's."""
-    if cfg.preprocess.t_r is not None:
-        return cfg.preprocess.t_r
-    tr = subject_t_r(s)
-    if tr is None:
-        raise ValueError(
-            f"subject {s.subject}: a band-pass needs the repetition time and "
-            f"{', '.join(str(p) for p in s.paths)} states none; set preprocess.t_r (seconds)."
-        )
-    return tr
+def _check_kept(cfg: PipelineConfig, kept: np.ndarray, log: Log) -> None:
+    """Report the mask; every K must fit in the kept vertices."""
+    log(
+        f"[mask] {int((~kept).sum())} of {kept.size} vertices masked "
+        f"(constant or non-finite in some subject)"
+    )
+    n_kept = int(kept.sum())
+    for k in cfg.ks:
+        if k > n_kept:
+            raise ValueError(
+                f"K={k} is larger than the {n_kept} unmasked vertices (of {kept.size}); "
+                "lower ks (--k)."
+            )
 
 
 def _check_work_folder(cfg: PipelineConfig) -> None:
@@ -300,143 +281,6 @@ def _check_lsd_rank(cfg: PipelineConfig) -> None:
 
 
 # --------------------------------------------------------------------------- stages
-
-
-def _stage_mask(cfg: PipelineConfig, wd: WorkDir, sizes: list[int], log: Log) -> dict[str, Any]:
-    key = {
-        "subjects": [
-            {
-                "id": s.subject,
-                "files": [file_identity(p) for p in s.paths],
-                "time_slice": s.time_slice,
-            }
-            for s in cfg.subjects
-        ],
-        "hemisphere_sizes": sizes,
-        "nonfinite": cfg.nonfinite,
-        "lsd_dask": __version__,
-    }
-    if wd.is_current("mask", key, [wd.mask, wd.mask_info]):
-        log("[mask] done earlier, skipped")
-        return json.loads(wd.read_text(wd.mask_info))
-    n = sum(sizes)
-    bad = np.zeros(n, bool)
-    per_subject = {}
-    for i, s in enumerate(cfg.subjects, 1):
-        x, hs = load_subject(s)
-        if hs != sizes:
-            raise ValueError(f"subject {s.subject}: {hs} vertices per hemisphere, meshes {sizes}.")
-        finite = np.isfinite(x)
-        nonfinite = ~finite.all(axis=1)
-        if nonfinite.any() and cfg.nonfinite == "error":
-            raise ValueError(
-                f"subject {s.subject}: {int(nonfinite.sum())} vertices hold NaN or inf values; "
-                "fix the data, or set `nonfinite: mask` to drop those vertices."
-            )
-        xs = np.where(finite, x, 0.0)
-        # exactly constant, with no arithmetic: a float32 std of a constant 0.1 is not 0,
-        # and such a vertex would divide by ~0 in ingest
-        constant = np.ptp(xs, axis=1) == 0
-        if constant.all():
-            raise ValueError(
-                f"subject {s.subject}: every vertex is constant (empty or all-zero data?) in "
-                f"{', '.join(str(p) for p in s.paths)}."
-            )
-        per_subject[s.subject] = {
-            "constant": int(constant.sum()),
-            "nonfinite": int(nonfinite.sum()),
-            "timepoints": int(x.shape[1]),
-        }
-        bad |= constant | nonfinite
-        log(f"[mask] {_bar(i, len(cfg.subjects))} {s.subject}")
-    if bad.all():
-        raise ValueError("every vertex is constant or non-finite in some subject.")
-    wd.save_npy(wd.mask, ~bad)
-    info = {
-        "n_vertices": n,
-        "n_masked": int(bad.sum()),
-        "hemisphere_sizes": sizes,
-        "per_subject": per_subject,
-    }
-    wd.write_text(wd.mask_info, json.dumps(info))
-    wd.record("mask", key)
-    return info
-
-
-def _stage_ingest(
-    cfg: PipelineConfig,
-    split: str,
-    subjects: list[Any],
-    kept: np.ndarray,
-    wd: WorkDir,
-    log: Log,
-    smoothing: tuple[int, Any] | None = None,
-) -> None:
-    path = wd.store(split)
-    pp = cfg.preprocess
-    key: dict[str, Any] = {
-        "mask": wd.fingerprint_of("mask"),
-        "subjects": [s.subject for s in subjects],
-    }
-    if pp.active:  # absent when off, so stores written before this option stay current
-        key["preprocess"] = pp.to_dict()
-        if pp.confounds is not None:
-            key["confound_files"] = [file_identity(pp.confound_path(s.subject)) for s in subjects]
-        if pp.band_pass:
-            key["t_r"] = [_t_r(cfg, s) for s in subjects]
-    if wd.is_current(f"ingest/{split}", key, [path]):
-        log(f"[ingest] {split} done earlier, skipped")
-        return
-
-    def items():
-        for i, s in enumerate(subjects, 1):
-            x, _ = load_subject(s)
-            x = x[kept].astype(np.float64)
-            if pp.active:
-                x = _preprocess(cfg, s, x, smoothing)
-            x -= x.mean(axis=1, keepdims=True)
-            sd = x.std(axis=1, keepdims=True)
-            flat = np.flatnonzero(sd[:, 0] == 0)
-            if flat.size:  # only preprocessing can flatten a vertex the mask kept
-                raise ValueError(
-                    f"subject {s.subject}: {flat.size} vertices have no variance left after "
-                    f"preprocessing (first: unmasked vertex {flat[0]}); check the confounds "
-                    "and the band-pass."
-                )
-            x /= sd
-            log(f"[ingest] {split} {_bar(i, len(subjects))} {s.subject}")
-            yield s.subject, x.astype(np.float32)
-
-    # every subject's length, from the mask stage's record
-    info = json.loads(wd.read_text(wd.mask_info))["per_subject"]
-    tps = [int(info[s.subject]["timepoints"]) for s in subjects]
-    write_split(
-        path,
-        items(),
-        n_vertices=int(kept.sum()),
-        timepoints=tps,
-        vertex_mask=kept,
-        overwrite=True,
-        storage_options=wd.folder.storage_options,
-    )
-    wd.record(f"ingest/{split}", key)
-
-
-def _preprocess(
-    cfg: PipelineConfig, s: Any, x: np.ndarray, smoothing: tuple[int, Any] | None
-) -> np.ndarray:
-    pp = cfg.preprocess
-    confounds = None
-    if pp.confounds is not None:
-        confounds = read_confounds(
-            pp.confound_path(s.subject),
-            pp.confound_columns,
-            s.subject,
-            n_timepoints=x.shape[1],
-            time_slice=s.time_slice,
-        )
-    tr = _t_r(cfg, s) if pp.band_pass else None
-    return clean_subject(x, pp, t_r=tr, confounds=confounds, smoothing=smoothing)
 
 
 def _stage_svd(cfg: PipelineConfig, split: str, wd: WorkDir, log: Log) -> dict[str, Any]:
@@ -552,6 +396,23 @@ def _features(
     return F.persist() if isinstance(F, da.Array) else F
 
 
+def _ingest_smoothing(
+    cfg: PipelineConfig, meshes: dict[str, Mesh], sizes: list[int], log: Log
+) -> Callable[[np.ndarray], tuple[int, sp.csr_matrix]]:
+    """kept mask -> (averaging steps, adjacency of the kept vertices) for ingest's blur."""
+
+    def build(kept: np.ndarray) -> tuple[int, sp.csr_matrix]:
+        V, A_kept = _kept_mesh(meshes, sizes, kept)
+        steps = smoothing_steps(V, A_kept, cfg.preprocess.smoothing_mm)
+        log(
+            f"[ingest] each subject blurred along the mesh: FWHM "
+            f"{cfg.preprocess.smoothing_mm:g} mm ({steps} averaging steps)"
+        )
+        return steps, A_kept
+
+    return build
+
+
 def _kept_mesh(
     meshes: dict[str, Mesh], sizes: list[int], kept: np.ndarray
 ) -> tuple[np.ndarray, sp.csr_matrix]:
@@ -619,7 +480,9 @@ def _stage_cluster(
         full[kept] = lab + 1
     wd.save_npy(path, full)
     wd.record(stage, key)
-    log(f"[cluster] {split} {name} K={k}: {time.perf_counter() - t0:.1f} s")
+    n_iter = getattr(est, "n_iter_", None)
+    iters = f", {int(n_iter)} iterations" if isinstance(n_iter, (int, np.integer)) else ""
+    log(f"[cluster] {split} {name} K={k}: {time.perf_counter() - t0:.1f} s{iters}")
 
 
 def _stage_scores(
@@ -790,12 +653,6 @@ def _sidecar(
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _bar(i: int, n: int, width: int = 20) -> str:
-    """A text progress bar, ``[#####.....] 3/6``, one line per step (works in logs too)."""
-    done = int(round(width * i / max(n, 1)))
-    return f"[{'#' * done}{'.' * (width - done)}] {i}/{n}"
 
 
 def _versions() -> dict[str, str]:

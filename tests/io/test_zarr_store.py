@@ -73,6 +73,9 @@ def test_incomplete_store_refused(tmp_path):
     g.create_array("data", shape=(2, 2), dtype="float32")
     with pytest.raises(ValueError, match="not a complete split store"):
         open_split(tmp_path / "x.zarr")
+    g.attrs.update({"complete": True, "subjects": ["a"], "timepoints": [2]})
+    with pytest.raises(ValueError, match="store layout 1, this lsd-dask reads 2; rewrite it"):
+        open_split(tmp_path / "x.zarr")
 
 
 def test_mask_must_match_rows(tmp_path):
@@ -121,7 +124,7 @@ def test_verify_split_counts_every_chunk(tmp_path):
     subs[1] = ("sub-1", np.zeros((45, 8), np.float32))  # all-zero chunks are stored too
     p = write_split(tmp_path / "s.zarr", iter(subs), n_vertices=45, timepoints=8, vertex_chunk=16)
     assert verify_split(p) == 9
-    chunk = next(f for f in sorted((p / "data" / "c").rglob("*")) if f.is_file())
+    chunk = next(f for f in sorted((p / "subject" / "1" / "c").rglob("*")) if f.is_file())
     chunk.unlink()  # what a reader without the whole folder sees
     with pytest.raises(ValueError, match="has 8 of its 9 chunks: the work folder must be shared"):
         verify_split(p)
@@ -134,4 +137,45 @@ def test_non_finite_subject_refused_and_nothing_written(tmp_path):
     subs[2][1][4, 3] = np.nan
     with pytest.raises(ValueError, match="subject 'sub-2': 1 vertices hold NaN or inf"):
         write_split(tmp_path / "s.zarr", iter(subs), n_vertices=50, timepoints=8)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_subjects_written_by_tasks_then_masked_at_read(tmp_path):
+    """build_split: subjects written out of order by worker processes, each with every
+    surface vertex; the mask, known only at the end, is applied by every reader."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from lsd_dask.io import build_split
+
+    rng = np.random.default_rng(1)
+    ts = [7, 5, 9]  # unequal lengths: column blocks cross subjects unevenly
+    xs = [rng.standard_normal((30, t)).astype(np.float32) for t in ts]
+    mask = rng.random(30) > 0.3
+    with build_split(tmp_path / "s.zarr", n_rows=30, vertex_chunk=8) as w:
+        with ProcessPoolExecutor(2) as pool:
+            got = list(pool.map(w.write, [2, 0, 1], ["c", "a", "b"], [xs[2], xs[0], xs[1]]))
+        assert got == [9, 7, 5]
+        w.finish(["a", "b", "c"], ts, vertex_mask=mask, rows="surface")
+    st = open_split(tmp_path / "s.zarr")
+    X = np.concatenate(xs, axis=1)[mask]
+    assert st.data.shape == X.shape and st.timepoints == ts
+    np.testing.assert_array_equal(st.data.compute(), X)
+    blocks = st.column_blocks
+    assert blocks.shape == X.shape and blocks.chunks == (8, 9)
+    for a, b in [(0, 21), (3, 15), (6, 8), (12, 13), (19, 21)]:
+        out = np.full((X.shape[0], b - a), np.nan, np.float32)
+        np.testing.assert_array_equal(blocks.read_columns(a, b, out), X[:, a:b])
+    np.testing.assert_array_equal(blocks.to_dask().compute(), X)
+
+
+def test_build_split_without_finish_keeps_nothing(tmp_path):
+    from lsd_dask.io import build_split
+
+    with pytest.raises(RuntimeError, match="finish\\(\\) was not called"):
+        with build_split(tmp_path / "s.zarr", n_rows=4) as w:
+            w.write(0, "a", np.ones((4, 2), np.float32))
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="subject 'a' has shape \\(3, 2\\); expected \\(4, T\\)"):
+        with build_split(tmp_path / "s.zarr", n_rows=4) as w:
+            w.write(0, "a", np.ones((3, 2), np.float32))
     assert list(tmp_path.iterdir()) == []

@@ -38,7 +38,7 @@ def test_a_store_the_workers_see_in_part_fails_naming_the_folder(folder, tmp_pat
     cfg = _cfg(data, tmp_path / "out")
     run_pipeline(cfg, log=lambda s: None)
     store = cfg.output / "work" / "split1.zarr"
-    for f in sorted((store / "data" / "c").rglob("*"))[:2]:
+    for f in sorted((store / "subject" / "0" / "c").rglob("*"))[:2]:
         if f.is_file():
             f.unlink()
     (cfg.output / "work" / "stamps" / "svd__split1.json").unlink()  # the SVD must rerun
@@ -118,6 +118,14 @@ def test_a_killed_svd_worker_says_what_memory_the_rank_needs(tmp_path):
     assert need > 200 * 2**20  # the premise: one task does not fit
     import dask
 
+    from lsd_dask.pipeline.ingest import stage_mask_and_ingest
+    from lsd_dask.pipeline.run import preflight
+    from lsd_dask.pipeline.workdir import WorkDir
+
+    # the stores are written first, here: the test is about the SVD's memory
+    _, sizes = preflight(cfg)
+    wd = WorkDir(cfg.work_url, lambda s: None, cfg.storage_options)
+    stage_mask_and_ingest(cfg, cfg.resolved_splits(), wd, lambda s: None, sizes)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with connect(cfg.cluster, log=None):
             with pytest.raises(MemoryError) as info:

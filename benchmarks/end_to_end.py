@@ -1,0 +1,255 @@
+"""The whole pipeline at full scale, stage by stage, with 1 and with 2 workers.
+
+Writes the study once (``lsd-dask synth --format cifti``: 2 × 33 subjects × 1,000 TRs on
+2 × 32,492 vertices, 17 GB), then for each worker count runs ``lsd-dask``'s pipeline in a
+fresh child process (so the client's peak memory is its own) on a LocalCluster of
+single-threaded workers with a per-worker memory limit, into a fresh output folder. With
+``--cold`` the page cache is dropped first (root only), so the inputs come from disk.
+
+Per stage it reports the seconds (``report.json``), the peak resident memory of the client
+and of each worker and the bytes the client and the workers read from disk (``/proc/<pid>/io``),
+sampled every 0.5 s and attributed to the stage whose log line came last, beside the
+stage's bound:
+- mask and ingest: the input bytes at the disk's cold read rate (``--disk-gbps``; 0.4–0.6
+  GB/s measured on the development machine, 0.5 by default);
+- svd: the GEMM work ``(2 q + 2) × 2 n m l`` per split at the float32 rate measured at the
+  start of the same run, with as many threads as workers; then the same
+  ``randomized_svd`` call timed on its own on split 1's store, as ``benchmarks/svd.py``
+  does, in the same cluster (the stage should be within 1.15× of it);
+- cluster: ``2 n d K`` per iteration (the assignment GEMM) times the iterations each fit
+  reports.
+
+Run: ``python benchmarks/end_to_end.py --study /work/full/study --workers 1 2 --cold``.
+Prints a Markdown table per worker count and writes ``end_to_end.json`` beside the study.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+STAGES = ("preflight", "mask_ingest", "svd", "cluster", "scores", "outputs")
+_PREFIX = {"[mask]": "mask_ingest", "[ingest]": "mask_ingest", "[svd]": "svd"}
+_PREFIX |= {"[cluster]": "cluster", "[scores]": "scores", "[outputs]": "outputs"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--study", type=Path, required=True)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--methods", nargs="+", default=["directional", "spherical_kmeans"])
+    ap.add_argument("--ks", type=int, nargs="+", default=[50, 100, 200, 300, 400])
+    ap.add_argument("--memory-limit", default="4GB", help="per worker")
+    ap.add_argument("--cold", action="store_true", help="drop the page cache first (root)")
+    ap.add_argument("--disk-gbps", type=float, default=0.5)
+    ap.add_argument("--no-svd-reference", action="store_true")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child is not None:
+        print(json.dumps(run_child(args, args.child)))
+        return
+    if not (args.study / "pipeline.yaml").exists():
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "lsd_dask.cli", "synth", "--format", "cifti", str(args.study)],
+            check=True,
+        )
+        print(f"study written in {time.perf_counter() - t0:.0f} s")
+    results = {}
+    for w in args.workers:
+        cmd = [sys.executable, __file__, "--child", str(w), *sys.argv[1:]]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"the {w}-worker run failed:\n{proc.stderr[-4000:]}")
+        results[w] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print_table(w, results[w])
+    if len(results) > 1:
+        base = results[min(results)]["total_s"]
+        for w, r in sorted(results.items()):
+            print(f"{w} worker(s): {r['total_s']:.0f} s, speed-up {base / r['total_s']:.2f}x")
+    (args.study / "end_to_end.json").write_text(json.dumps(results, indent=2))
+
+
+def run_child(args: argparse.Namespace, n_workers: int) -> dict:
+    """One pipeline run on ``n_workers`` single-threaded workers; the measurements."""
+    import psutil
+    from distributed import Client, LocalCluster
+
+    from lsd_dask.pipeline.config import load_config
+    from lsd_dask.pipeline.run import run_pipeline
+
+    gflops = gemm_gflops(n_workers)
+    if args.cold:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    raw = yaml.safe_load((args.study / "pipeline.yaml").read_text())
+    out = args.study / f"e2e-{n_workers}w"
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    raw.update(output=out.name, ks=list(args.ks), methods=list(args.methods))
+    path = args.study / f"e2e-{n_workers}w.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path)
+    state = {"stage": "preflight"}
+    usage = {s: {"client_peak": 0, "worker_peak": {}, "read": 0} for s in STAGES}
+    fits: list[tuple[int, float, int]] = []  # (K, seconds, iterations)
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(f"{time.perf_counter():.1f} {line}")
+        print(line, file=sys.stderr, flush=True)
+        for prefix, stage in _PREFIX.items():
+            if line.startswith(prefix):
+                state["stage"] = stage
+        m = re.match(r"\[cluster\] \S+ \S+ K=(\d+): ([\d.]+) s, (\d+) iterations", line)
+        if m:
+            fits.append((int(m[1]), float(m[2]), int(m[3])))
+
+    me = psutil.Process()
+    stop = threading.Event()
+    with (
+        LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            memory_limit=args.memory_limit,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        pids = client.run(os.getpid)
+        procs = {"client": me} | {a: psutil.Process(p) for a, p in pids.items()}
+        last_read = {name: _read_bytes(p) for name, p in procs.items()}
+
+        def sample() -> None:
+            while not stop.is_set():
+                u = usage[state["stage"]]
+                for name, p in procs.items():
+                    try:
+                        rss = p.memory_info().rss
+                        read = _read_bytes(p)
+                    except psutil.Error:
+                        continue
+                    u["read"] += read - last_read[name]
+                    last_read[name] = read
+                    if name == "client":
+                        u["client_peak"] = max(u["client_peak"], rss)
+                    else:
+                        u["worker_peak"][name] = max(u["worker_peak"].get(name, 0), rss)
+                time.sleep(0.5)
+
+        threading.Thread(target=sample, daemon=True).start()
+        report = run_pipeline(cfg, log=log)
+        svd_reference = None
+        if not args.no_svd_reference:
+            svd_reference = time_svd(cfg, out, args.cold)
+        stop.set()
+    timings = report["timings_s"]
+    rank = report["svd"]["split1"]["rank"]
+    input_bytes = sum(Path(p).stat().st_size for s in cfg.subjects for p in s.paths)
+    n_kept = report["mask"]["n_vertices"] - report["mask"]["n_masked"]
+    m = sum(v["timepoints"] for v in report["mask"]["per_subject"].values()) // 2
+    l_cols = rank + 10
+    svd_flops = 2 * (2 * cfg.svd.n_power_iter + 2) * 2 * n_kept * m * l_cols
+    fit_flops = sum(2 * n_kept * rank * k * it for k, _, it in fits)
+    bounds = {
+        "mask_ingest": input_bytes / (args.disk_gbps * 1e9),
+        "svd": svd_flops / (gflops * 1e9),
+        "cluster": fit_flops / (gflops * 1e9),
+    }
+    return {
+        "workers": n_workers,
+        "memory_limit": args.memory_limit,
+        "cold": args.cold,
+        "gemm_gflops": gflops,
+        "input_gb": input_bytes / 1e9,
+        "timings_s": timings,
+        "total_s": timings["total"],
+        "bounds_s": bounds,
+        "svd_split_s": {s: v.get("seconds") for s, v in report["svd"].items()},
+        "svd_reference_s": svd_reference,
+        "usage": usage,
+        "fits": [{"k": k, "seconds": sec, "iterations": it} for k, sec, it in fits],
+        "log": lines,
+    }
+
+
+def time_svd(cfg, out: Path, cold: bool) -> float:
+    """The pipeline's SVD call on split 1's store, on its own (as benchmarks/svd.py)."""
+    from lsd_dask.io import open_split
+    from lsd_dask.linalg import randomized_svd
+
+    if cold:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    st = open_split(out / "work" / "split1.zarr")
+    t0 = time.perf_counter()
+    U, s, _ = randomized_svd(
+        st.column_blocks,
+        int(min(cfg.svd.rank, *st.data.shape)),
+        n_power_iter=cfg.svd.n_power_iter,
+        fuse_passes=cfg.svd.fuse_passes,
+        random_state=cfg.random_state,
+    )
+    U.compute()
+    return time.perf_counter() - t0
+
+
+def gemm_gflops(threads: int) -> float:
+    """float32 GEMM rate with ``threads`` BLAS threads (4000² @ 4000 × 1000)."""
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).standard_normal((4000, 4000), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((4000, 1000), dtype=np.float32)
+    with threadpool_limits(threads):
+        a @ b
+        t0 = time.perf_counter()
+        for _ in range(3):
+            a @ b
+        return 3 * 2 * 4000 * 4000 * 1000 / (time.perf_counter() - t0) / 1e9
+
+
+def print_table(w: int, r: dict) -> None:
+    print(f"\n### {w} worker(s), {r['memory_limit']} each; GEMM {r['gemm_gflops']:.0f} GFLOP/s")
+    print("| stage | seconds | bound (s) | client peak (GB) | worker peaks (GB) | read (GB) |")
+    print("|---|---|---|---|---|---|")
+    for stage in STAGES:
+        u = r["usage"][stage]
+        sec = r["timings_s"].get(stage)
+        bound = r["bounds_s"].get(stage)
+        peaks = ", ".join(f"{v / 1e9:.2f}" for v in u["worker_peak"].values()) or "–"
+        print(
+            f"| {stage} | {'–' if sec is None else f'{sec:.0f}'} | "
+            f"{'–' if bound is None else f'{bound:.0f}'} | {u['client_peak'] / 1e9:.2f} | "
+            f"{peaks} | {u['read'] / 1e9:.1f} |"
+        )
+    print(f"| total | {r['total_s']:.0f} | | | | |")
+    split = r["svd_split_s"]
+    if r["svd_reference_s"]:
+        print(
+            f"SVD per split {', '.join(f'{v:.0f}' for v in split.values() if v)} s; the same "
+            f"call alone on split1: {r['svd_reference_s']:.0f} s "
+            f"(ratio {split['split1'] / r['svd_reference_s']:.2f})"
+        )
+
+
+def _read_bytes(p) -> int:
+    """Bytes the process made the storage layer fetch (page-cache hits excluded)."""
+    try:
+        with open(f"/proc/{p.pid}/io") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("read_bytes"))
+    except (OSError, StopIteration):
+        return 0
+
+
+if __name__ == "__main__":
+    main()

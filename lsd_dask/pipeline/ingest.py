@@ -1,0 +1,398 @@
+"""The mask and ingest stages: every subject read once, by a task on the workers.
+
+A task per subject reads its files, finds its constant and non-finite vertices, cleans
+and standardises every vertex (demean, unit variance, after the optional preprocessing)
+and writes its own array of the split store (:func:`lsd_dask.io.build_split`). The mask
+(a vertex bad in *any* subject is dropped) needs every subject, so the stores hold every
+surface vertex and readers take the kept rows: nothing has to be rewritten when a late
+subject masks a vertex. The client only gathers the per-subject statistics (bits per
+vertex), so its memory does not grow with the number of subjects.
+
+Two cases read the subjects with a mask already known, and store the kept rows only: a
+current mask from an earlier run (a split re-ingested after a preprocessing change), and
+smoothing on the mesh, which mixes neighbouring vertices and so must not see a vertex the
+mask drops (a first pass then computes the mask: the one case that reads twice).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..distributed import active_client
+from ..io.surface_files import load_subject, subject_t_r
+from ..io.zarr_store import SplitWriter, build_split
+from ._log import Log, bar
+from .config import PipelineConfig
+from .preprocess import clean_subject, read_confounds
+from .workdir import WorkDir, file_identity, fingerprint
+
+__all__ = ["stage_mask_and_ingest", "subject_t_r_of"]
+
+#: what the mask's record keeps of each subject
+_COUNTS = ("constant", "nonfinite", "timepoints")
+
+
+def stage_mask_and_ingest(
+    cfg: PipelineConfig,
+    splits: dict[str, list[str]],
+    wd: WorkDir,
+    log: Log,
+    sizes: list[int],
+    smoothing: Callable[[np.ndarray], tuple[int, Any]] | None = None,
+    check: Callable[[np.ndarray], None] | None = None,
+) -> dict[str, Any]:
+    """Write the mask and every split store that is not current; return the mask's record.
+
+    Parameters
+    ----------
+    splits : split name -> subject ids
+    sizes : vertices per hemisphere (the meshes')
+    smoothing : kept mask -> (averaging steps, mesh adjacency of the kept vertices), when
+        ``preprocess.smoothing_mm`` asks for blurring along the mesh
+    check : called with the kept mask as soon as it is known, before any store is
+        completed; it raises to stop the run (for example, K above the kept vertices)
+    """
+    check = check or (lambda kept: None)
+    mask_key = _mask_key(cfg, sizes)
+    mask_current = wd.is_current("mask", mask_key, [wd.mask, wd.mask_info])
+    ingest_keys = {
+        split: _ingest_key(cfg, fingerprint(mask_key), ids) for split, ids in splits.items()
+    }
+    need = [
+        split
+        for split, key in ingest_keys.items()
+        if not wd.is_current(f"ingest/{split}", key, [wd.store(split)])
+    ]
+    for split in splits:
+        if split not in need:
+            log(f"[ingest] {split} done earlier, skipped")
+    if mask_current:
+        log("[mask] done earlier, skipped")
+        check(wd.load_npy(wd.mask))
+        if not need:
+            return json.loads(wd.read_text(wd.mask_info))
+    by_id = {s.subject: s for s in cfg.subjects}
+    kept: np.ndarray | None = None
+    info: dict[str, Any] | None = None
+    if mask_current:
+        kept = wd.load_npy(wd.mask)
+        info = json.loads(wd.read_text(wd.mask_info))
+    elif smoothing is not None:  # the mask must be known before vertices are mixed
+        stats = _run(cfg, [(s, None) for s in cfg.subjects], sizes, None, None, log, "mask")
+        kept, info = _combine(cfg, stats, sizes)
+        _save_mask(wd, kept, info, mask_key)
+        check(kept)
+    smoothing_op = smoothing(kept) if smoothing is not None else None
+
+    with ExitStack() as stack:
+        writers: dict[str, SplitWriter] = {}
+        for split in need:
+            writers[split] = stack.enter_context(
+                build_split(
+                    wd.store(split),
+                    n_rows=int(kept.sum()) if kept is not None else sum(sizes),
+                    overwrite=True,
+                    storage_options=wd.folder.storage_options,
+                )
+            )
+        jobs = [
+            (by_id[i], (writers[split], j)) for split in need for j, i in enumerate(splits[split])
+        ]
+        stats = _run(cfg, jobs, sizes, kept, smoothing_op, log, "ingest")
+        stored_rows = "kept" if kept is not None else "surface"
+        if kept is None:
+            kept, info = _combine(cfg, stats, sizes)
+            _check_flat(stats, kept)
+            _save_mask(wd, kept, info, mask_key)
+            check(kept)
+        assert info is not None
+        for split, w in writers.items():
+            ids = splits[split]
+            w.finish(
+                ids,
+                [int(stats[i]["timepoints"]) for i in ids],
+                vertex_mask=kept,
+                rows=stored_rows,
+            )
+    for split in need:
+        wd.record(f"ingest/{split}", ingest_keys[split])
+    return info
+
+
+def subject_t_r_of(cfg: PipelineConfig, s: Any) -> float:
+    """The subject's TR: ``preprocess.t_r``, else its file's."""
+    if cfg.preprocess.t_r is not None:
+        return cfg.preprocess.t_r
+    tr = subject_t_r(s)
+    if tr is None:
+        raise ValueError(
+            f"subject {s.subject}: a band-pass needs the repetition time and "
+            f"{', '.join(str(p) for p in s.paths)} states none; set preprocess.t_r (seconds)."
+        )
+    return tr
+
+
+def _mask_key(cfg: PipelineConfig, sizes: list[int]) -> dict[str, Any]:
+    return {
+        "subjects": [
+            {
+                "id": s.subject,
+                "files": [file_identity(p) for p in s.paths],
+                "time_slice": s.time_slice,
+            }
+            for s in cfg.subjects
+        ],
+        "hemisphere_sizes": sizes,
+        "nonfinite": cfg.nonfinite,
+        "lsd_dask": __version__,
+    }
+
+
+def _ingest_key(cfg: PipelineConfig, mask_fingerprint: str, ids: list[str]) -> dict[str, Any]:
+    pp = cfg.preprocess
+    by_id = {s.subject: s for s in cfg.subjects}
+    key: dict[str, Any] = {"mask": mask_fingerprint, "subjects": list(ids), "layout": 2}
+    if pp.active:  # absent when off, so stores written before this option stay current
+        key["preprocess"] = pp.to_dict()
+        if pp.confounds is not None:
+            key["confound_files"] = [file_identity(pp.confound_path(i)) for i in ids]
+        if pp.band_pass:
+            key["t_r"] = [subject_t_r_of(cfg, by_id[i]) for i in ids]
+    return key
+
+
+def _run(
+    cfg: PipelineConfig,
+    jobs: list[tuple[Any, tuple[SplitWriter, int] | None]],
+    sizes: list[int],
+    kept: np.ndarray | None,
+    smoothing: tuple[int, Any] | None,
+    log: Log,
+    stage: str,
+) -> dict[str, dict[str, Any]]:
+    """Run ``_read_subject`` for every (subject, target): as tasks on the workers when a
+    cluster is active (one log line as each finishes), else here, one after the other."""
+    out: dict[str, dict[str, Any]] = {}
+    n = len(jobs)
+    client = active_client()
+
+    def done(i: int, s: Any, st: dict[str, Any]) -> None:
+        out[s.subject] = st
+        where = f" ({st['where']})" if client is not None else ""
+        log(f"[{stage}] {bar(i, n)} {s.subject}{where}")
+
+    if client is None:
+        for i, (s, target) in enumerate(jobs, 1):
+            done(i, s, _read_subject(s, cfg, sizes, kept, smoothing, target))
+        return out
+    from distributed import Event, KilledWorker, as_completed, wait
+
+    # set on the first failure: tasks not yet started return at once, and running ones
+    # skip their write, so nothing lands in a store being removed
+    abort = Event(f"lsd-dask-ingest-abort-{uuid.uuid4().hex}", client=client)
+    # the large shared arguments go to the workers once, not once per task
+    shared = client.scatter([cfg, kept, smoothing], broadcast=True, hash=False)
+    futures = {
+        client.submit(
+            _read_subject, s, shared[0], sizes, shared[1], shared[2], target, abort.name,
+            pure=False,
+        ): s
+        for s, target in jobs
+    }  # fmt: skip
+    fut = None
+    try:
+        for i, fut in enumerate(as_completed(futures), 1):
+            done(i, futures[fut], fut.result())
+    except BaseException as err:
+        abort.set()
+        wait(list(futures))
+        if isinstance(err, KilledWorker) and fut is not None:
+            raise MemoryError(_memory_message(cfg, futures[fut], sizes, kept)) from err
+        raise
+    return out
+
+
+def _memory_message(cfg: PipelineConfig, s: Any, sizes: list[int], kept: Any) -> str:
+    """What a lost ingest worker needed: the subject in float32 twice (read and written),
+    and with preprocessing three float64 copies."""
+    rows = int(kept.sum()) if kept is not None else sum(sizes)
+    t = s.time_slice[1] - s.time_slice[0] if s.time_slice else None
+    per = f"{rows} vertices x {t} time points" if t else f"{rows} vertices x T"
+    factor = 8 + (24 if cfg.preprocess.active else 0)
+    size = f"about {rows * t * factor / 2**20:.0f} MB" if t else f"{factor} bytes per value"
+    return (
+        f"a Dask worker died (out of memory?) while ingesting subject {s.subject}: each "
+        f"ingest task holds {size} ({per}); give each worker thread more memory."
+    )
+
+
+def _read_subject(
+    s: Any,
+    cfg: PipelineConfig,
+    sizes: list[int],
+    kept: np.ndarray | None,
+    smoothing: tuple[int, Any] | None,
+    target: tuple[SplitWriter, int] | None,
+    abort: str | None = None,
+) -> dict[str, Any]:
+    """One subject, read once: its mask statistics, and (with a target) its standardised
+    time series written as subject ``index`` of the store being built. ``abort``: the name
+    of a distributed Event that, once set, stops the task before it reads or writes."""
+    if _aborted(abort):
+        return {}
+    try:
+        x, hs = load_subject(s)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"{err} (as seen from {platform.node()}: the input files must be on a folder "
+            "that every Dask worker sees)"
+        ) from None
+    if hs != sizes:
+        raise ValueError(f"subject {s.subject}: {hs} vertices per hemisphere, meshes {sizes}.")
+    finite = np.isfinite(x)
+    nonfinite = ~finite.all(axis=1)
+    if nonfinite.any() and cfg.nonfinite == "error":
+        raise ValueError(
+            f"subject {s.subject}: {int(nonfinite.sum())} vertices hold NaN or inf values; "
+            "fix the data, or set `nonfinite: mask` to drop those vertices."
+        )
+    x = np.where(finite, x, 0.0) if nonfinite.any() else x
+    # exactly constant, with no arithmetic: a float32 std of a constant 0.1 is not 0,
+    # and such a vertex would divide by ~0 below
+    constant = np.ptp(x, axis=1) == 0
+    if constant.all():
+        raise ValueError(
+            f"subject {s.subject}: every vertex is constant (empty or all-zero data?) in "
+            f"{', '.join(str(p) for p in s.paths)}."
+        )
+    bad = constant | nonfinite
+    stats: dict[str, Any] = {
+        "bad": np.packbits(bad),
+        "constant": int(constant.sum()),
+        "nonfinite": int(nonfinite.sum()),
+        "timepoints": int(x.shape[1]),
+        "flat": np.zeros(0, np.int64),
+        "where": _where(),
+    }
+    if target is None:
+        return stats
+    writer, index = target
+    if kept is not None:
+        x = x[kept]
+    if cfg.preprocess.active:
+        x = _preprocess(cfg, s, x.astype(np.float64), smoothing)
+    x, flat = _standardise(x)
+    # a vertex the mask drops (bad here) stays 0; a good one flattened by preprocessing
+    # is an error once the mask says it is kept
+    flat &= ~(bad[kept] if kept is not None else bad)
+    if flat.any() and kept is not None:
+        _raise_flat(s.subject, int(flat.sum()), int(np.flatnonzero(kept)[np.argmax(flat)]))
+    stats["flat"] = np.flatnonzero(flat)
+    if not _aborted(abort):
+        writer.write(index, s.subject, x)
+    return stats
+
+
+def _standardise(x: np.ndarray, block: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Rows demeaned and scaled to unit variance (in float64, a block of rows at a time, so
+    a task holds the subject in float32 twice rather than in float64), as float32; and
+    the rows without variance (left at 0)."""
+    out = np.empty(x.shape, np.float32)
+    flat = np.zeros(x.shape[0], bool)
+    for a in range(0, x.shape[0], block):
+        xb = x[a : a + block].astype(np.float64)
+        xb -= xb.mean(axis=1, keepdims=True)
+        sd = xb.std(axis=1)
+        flat[a : a + block] = sd == 0
+        xb /= np.where(sd == 0, 1.0, sd)[:, None]
+        out[a : a + block] = xb
+    return out, flat
+
+
+def _where() -> str:
+    """The worker running this task (its address), or the client."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return "client"
+
+
+def _aborted(name: str | None) -> bool:
+    if name is None:
+        return False
+    from distributed import Event
+
+    return Event(name).is_set()
+
+
+def _preprocess(
+    cfg: PipelineConfig, s: Any, x: np.ndarray, smoothing: tuple[int, Any] | None
+) -> np.ndarray:
+    pp = cfg.preprocess
+    confounds = None
+    if pp.confounds is not None:
+        confounds = read_confounds(
+            pp.confound_path(s.subject),
+            pp.confound_columns,
+            s.subject,
+            n_timepoints=x.shape[1],
+            time_slice=s.time_slice,
+        )
+    tr = subject_t_r_of(cfg, s) if pp.band_pass else None
+    return clean_subject(x, pp, t_r=tr, confounds=confounds, smoothing=smoothing)
+
+
+def _combine(
+    cfg: PipelineConfig, stats: dict[str, dict[str, Any]], sizes: list[int]
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The kept vertices (good in every subject) and the mask's record."""
+    n = sum(sizes)
+    bad = np.zeros(n, bool)
+    for st in stats.values():
+        bad |= np.unpackbits(st["bad"], count=n).astype(bool)
+    if bad.all():
+        raise ValueError("every vertex is constant or non-finite in some subject.")
+    info = {
+        "n_vertices": n,
+        "n_masked": int(bad.sum()),
+        "hemisphere_sizes": sizes,
+        "per_subject": {
+            s.subject: {
+                k: int(stats[s.subject][k]) for k in ("constant", "nonfinite", "timepoints")
+            }
+            for s in cfg.subjects
+            if s.subject in stats
+        },
+    }
+    return ~bad, info
+
+
+def _check_flat(stats: dict[str, dict[str, Any]], kept: np.ndarray) -> None:
+    """A kept vertex that preprocessing left without variance in some subject."""
+    for sid, st in stats.items():
+        flat = st["flat"][kept[st["flat"]]]
+        if flat.size:
+            _raise_flat(sid, int(flat.size), int(flat[0]))
+
+
+def _raise_flat(subject: str, count: int, first: int) -> None:
+    raise ValueError(
+        f"subject {subject}: {count} vertices have no variance left after preprocessing "
+        f"(first: surface vertex {first}); check the confounds and the band-pass."
+    )
+
+
+def _save_mask(wd: WorkDir, kept: np.ndarray, info: dict[str, Any], key: dict[str, Any]) -> None:
+    wd.save_npy(wd.mask, kept)
+    wd.write_text(wd.mask_info, json.dumps(info))
+    wd.record("mask", key)
