@@ -110,7 +110,7 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
         for prefix, stage in _PREFIX.items():
             if line.startswith(prefix):
                 state["stage"] = stage
-        m = re.match(r"\[cluster\] \S+ \S+ K=(\d+): ([\d.]+) s, (\d+) iterations", line)
+        m = re.search(r"^\[cluster\] .*K=(\d+): ([\d.]+) s, (\d+) iterations", line)
         if m:
             fits.append((int(m[1]), float(m[2]), int(m[3])))
 

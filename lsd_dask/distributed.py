@@ -24,6 +24,7 @@ from distributed import Client, LocalCluster
 
 __all__ = [
     "active_client",
+    "task_location",
     "scattered_rows",
     "connect",
     "load_cluster_config",
@@ -73,6 +74,16 @@ class ManagedClient(Client):
         if cluster is not None:
             cluster.close()
         return out
+
+
+def task_location() -> str:
+    """The address of the worker running the current task, or ``"client"`` outside one."""
+    from distributed import get_worker
+
+    try:
+        return str(get_worker().address)
+    except ValueError:
+        return "client"
 
 
 def active_client() -> Client | None:

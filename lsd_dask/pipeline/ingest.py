@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..distributed import active_client
+from ..distributed import active_client, task_location
 from ..io.surface_files import load_subject, subject_t_r
 from ..io.zarr_store import SplitWriter, build_split
 from ._log import Log, bar
@@ -280,7 +280,7 @@ def _read_subject(
         "nonfinite": int(nonfinite.sum()),
         "timepoints": int(x.shape[1]),
         "flat": np.zeros(0, np.int64),
-        "where": _where(),
+        "where": task_location(),
     }
     if target is None:
         return stats
@@ -315,16 +315,6 @@ def _standardise(x: np.ndarray, block: int = 4096) -> tuple[np.ndarray, np.ndarr
         xb /= np.where(sd == 0, 1.0, sd)[:, None]
         out[a : a + block] = xb
     return out, flat
-
-
-def _where() -> str:
-    """The worker running this task (its address), or the client."""
-    try:
-        from distributed import get_worker
-
-        return str(get_worker().address)
-    except (ImportError, ValueError):
-        return "client"
 
 
 def _aborted(name: str | None) -> bool:

@@ -31,13 +31,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 from distributed import KilledWorker
 
 from .. import __version__
-from ..distributed import active_client, scattered_rows
+from ..distributed import active_client
 from ..io.atomic import atomic_write_text
 from ..io.bids import bids_label, bids_name, dataset_description, lookup_table, surface_space
 from ..io.storage import Folder, is_local
@@ -52,19 +51,17 @@ from ..io.surface_files import (
 from ..io.zarr_store import open_split, verify_split
 from ..linalg import randomized_svd, streaming_svd
 from ..linalg.randomized import svd_task_bytes
-from ..similarity import unit_rows
 from ..spin import find_spheres, spin_indices
 from ..surface import (
     Mesh,
-    contiguous_parcels,
     mesh_adjacency,
-    smooth_on_mesh,
     smoothing_steps,
 )
-from ._log import Log, bar
+from ._log import Log
 from .config import PipelineConfig
+from .fits import stage_cluster
 from .ingest import stage_mask_and_ingest, subject_t_r_of
-from .methods import MethodSpec, build_estimator
+from .methods import MethodSpec
 from .preprocess import read_confounds
 from .report_html import write_report_html
 from .scores import explain_scores, score_pair
@@ -106,19 +103,8 @@ def run_pipeline(
     timings["svd"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    # by split, then by features and their smoothing: each split's features are loaded (and
-    # blurred) once per kind and smoothing width
-    jobs = [
-        (split, spec, k)
-        for split in splits
-        for spec in sorted(cfg.methods, key=lambda m: (m.features, m.feature_smoothing_mm))
-        for k in cfg.ks
-    ]
-    features: dict[Any, Any] = {}  # loaded on first need: a resumed run may need none
     mesh = _kept_mesh(meshes, sizes, kept) if any(m.needs_mesh for m in cfg.methods) else None
-    for i, (split, spec, k) in enumerate(jobs, 1):
-        log(f"[cluster] {bar(i - 1, len(jobs))} next: {split} {spec.name} K={k}")
-        _stage_cluster(cfg, split, spec, k, features, kept, wd, log, mesh)
+    stage_cluster(cfg, list(splits), kept, wd, log, mesh)
     timings["cluster"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -370,32 +356,6 @@ def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:
         client.run(verify_split, store, storage_options=storage_options)
 
 
-#: features smaller than this are clustered in memory: a cluster round trip per iteration
-#: costs more than the arithmetic (a full-size study's 64,984 x 1,000 float32 is 260 MB: dask)
-IN_MEMORY_FEATURES_BYTES = 64 * 2**20
-
-
-def _features(
-    wd: WorkDir, split: str, smoothing: tuple[int, Any] | None = None, kind: str = "us"
-) -> Any:
-    """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``), blurred along the mesh when
-    asked (then unit rows again): a dask array persisted on the workers, or numpy when
-    small."""
-    U = wd.load_npy(wd.u(split), mmap=True)
-    scale = wd.load_npy(wd.s(split)).astype(U.dtype) if kind == "us" else None
-    if U.nbytes <= IN_MEMORY_FEATURES_BYTES:
-        F = np.asarray(U)
-        F = unit_rows(F if scale is None else F * scale)
-    else:
-        # sent to the workers once, not embedded in every graph that reads them
-        F = scattered_rows(U, max(1, min(U.shape[0], 16384)))
-        F = unit_rows(F if scale is None else F * scale)
-    if smoothing is not None:
-        steps, A = smoothing
-        F = unit_rows(smooth_on_mesh(F, A, n_iter=steps))
-    return F.persist() if isinstance(F, da.Array) else F
-
-
 def _ingest_smoothing(
     cfg: PipelineConfig, meshes: dict[str, Mesh], sizes: list[int], log: Log
 ) -> Callable[[np.ndarray], tuple[int, sp.csr_matrix]]:
@@ -420,69 +380,6 @@ def _kept_mesh(
     A = mesh_adjacency([meshes[h].faces for h in HEMISPHERES], sizes)[kept][:, kept].tocsr()
     V = np.concatenate([meshes[h].vertices for h in HEMISPHERES])[kept]
     return V, A
-
-
-def _stage_cluster(
-    cfg: PipelineConfig,
-    split: str,
-    spec: MethodSpec,
-    k: int,
-    features: dict[Any, Any],
-    kept: np.ndarray,
-    wd: WorkDir,
-    log: Log,
-    mesh: tuple[np.ndarray, sp.csr_matrix] | None = None,
-) -> None:
-    name = spec.name
-    path = wd.labels(split, name, k)
-    A = None if mesh is None else mesh[1]
-    steps = 0
-    if spec.feature_smoothing_mm > 0:
-        steps = smoothing_steps(mesh[0], A, spec.feature_smoothing_mm)
-    est = build_estimator(spec, k, cfg.random_state, A)
-    params = {
-        p: {"sparse": list(v.shape), "nnz": int(v.nnz)} if sp.issparse(v) else v
-        for p, v in est.get_params().items()
-    }
-    key = {
-        "svd": wd.fingerprint_of(f"svd/{split}"),
-        "method": spec.method,
-        "k": k,
-        "params": params,
-        "features": spec.features,
-        "feature_smoothing": {"fwhm_mm": spec.feature_smoothing_mm, "steps": steps},
-        "contiguous": {"on": spec.contiguous, "min_size": cfg.min_region_size},
-        "lsd_dask": __version__,
-    }
-    stage = f"cluster/{split}/{name}/K{k}"
-    if wd.is_current(stage, key, [path]):
-        log(f"[cluster] {split} {name} K={k} done earlier, skipped")
-        return
-    which = (split, spec.features, steps)
-    if which not in features:
-        features.clear()  # one set of features in memory at a time (jobs come in order)
-        features[which] = _features(wd, split, (steps, A) if steps else None, spec.features)
-        if steps:
-            log(
-                f"[cluster] {split} features blurred along the mesh: FWHM "
-                f"{spec.feature_smoothing_mm:g} mm ({steps} averaging steps)"
-            )
-    F = features[which]
-    t0 = time.perf_counter()
-    est.fit(F)
-    lab = est.labels_  # numpy, whatever the features (the estimators' labels_ policy)
-    full = np.zeros(kept.size, np.int32)
-    if spec.contiguous:
-        parcels = contiguous_parcels(lab, A, min_size=cfg.min_region_size, features=F)
-        full[kept] = parcels
-        log(f"[cluster] {split} {name} K={k}: {int(parcels.max())} contiguous parcels")
-    else:
-        full[kept] = lab + 1
-    wd.save_npy(path, full)
-    wd.record(stage, key)
-    n_iter = getattr(est, "n_iter_", None)
-    iters = f", {int(n_iter)} iterations" if isinstance(n_iter, (int, np.integer)) else ""
-    log(f"[cluster] {split} {name} K={k}: {time.perf_counter() - t0:.1f} s{iters}")
 
 
 def _stage_scores(

@@ -1,0 +1,269 @@
+"""The cluster stage: every (split, method, K) fit, each skipped when its stamp is current.
+
+Where a fit runs depends on the features' size and on the cluster:
+
+- **a task per fit** (a distributed cluster whose workers hold the features comfortably):
+  each worker loads a split's features once (from the shared work folder, copied to every
+  worker), and each fit runs as one task in numpy, so independent fits run side by side,
+  one per worker thread, at the cost of their arithmetic: no per-iteration round trips.
+- **a Dask graph per fit** (features too large for a worker): the features are scattered
+  as row blocks once and every iteration is a graph over them, one fit after another.
+- **in this process** (no distributed cluster): numpy when the features are small, else
+  dask's local threads.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+
+from .. import __version__
+from ..distributed import active_client, scattered_rows, task_location
+from ..similarity import unit_rows
+from ..surface import contiguous_parcels, smooth_on_mesh, smoothing_steps
+from ._log import Log, bar
+from .config import PipelineConfig
+from .methods import MethodSpec, build_estimator
+from .workdir import WorkDir
+
+__all__ = ["stage_cluster", "IN_MEMORY_FEATURES_BYTES", "FIT_TASK_MEMORY_FACTOR"]
+
+#: features smaller than this are clustered in memory when no cluster is active: a round
+#: trip per iteration costs more than the arithmetic (a full-size study's 64,984 x 1,000
+#: float32 is 260 MB)
+IN_MEMORY_FEATURES_BYTES = 64 * 2**20
+#: a fit runs as one task when every worker's memory limit is at least this many times the
+#: features' bytes (the features, their float64 products with K <= 400 centres, copies)
+FIT_TASK_MEMORY_FACTOR = 8
+
+
+def stage_cluster(
+    cfg: PipelineConfig,
+    splits: list[str],
+    kept: np.ndarray,
+    wd: WorkDir,
+    log: Log,
+    mesh: tuple[np.ndarray, sp.csr_matrix] | None = None,
+) -> None:
+    """Fit every (split, method, K) whose labels are not current, and save the labels.
+
+    Parameters
+    ----------
+    mesh : (vertex coordinates, adjacency) of the kept vertices, when a method needs it
+    """
+    # by split, then by features and their smoothing: each split's features are loaded (and
+    # blurred) once per kind and smoothing width
+    jobs = [
+        _job(cfg, split, spec, k, wd, mesh)
+        for split in splits
+        for spec in sorted(cfg.methods, key=lambda m: (m.features, m.feature_smoothing_mm))
+        for k in cfg.ks
+    ]
+    todo = []
+    for j in jobs:
+        if wd.is_current(j.stage, j.key, [j.path]):
+            log(f"[cluster] {j.split} {j.spec.name} K={j.k} done earlier, skipped")
+        else:
+            todo.append(j)
+    if not todo:
+        return
+    client = active_client()
+    A = None if mesh is None else mesh[1]
+    if client is not None and _fits_in_a_task(client, wd, todo[0].split):
+        _fit_as_tasks(client, cfg, todo, kept, wd, log, A)
+        return
+    features: dict[Any, Any] = {}
+    for i, j in enumerate(todo, 1):
+        log(f"[cluster] {bar(i - 1, len(todo))} next: {j.split} {j.spec.name} K={j.k}")
+        if j.which not in features:
+            features.clear()  # one set of features in memory at a time (jobs come in order)
+            features[j.which] = _features(wd, j.split, j.smoothing(A), j.spec.features)
+            _log_blur(j, log)
+        out = _fit(j.est, features[j.which], j.spec.contiguous, A, cfg.min_region_size, kept)
+        _save(wd, j, out, log, bar(i, len(todo)))
+
+
+@dataclass
+class _Job:
+    """One fit: what it runs, and where its labels and stamp go."""
+
+    split: str
+    spec: MethodSpec
+    k: int
+    est: Any
+    key: dict[str, Any]
+    path: str
+    stage: str
+    steps: int
+
+    @property
+    def which(self) -> tuple[str, str, int]:
+        """The features it needs: split, kind, smoothing steps."""
+        return (self.split, self.spec.features, self.steps)
+
+    def smoothing(self, A: Any) -> tuple[int, Any] | None:
+        return (self.steps, A) if self.steps else None
+
+
+def _job(
+    cfg: PipelineConfig,
+    split: str,
+    spec: MethodSpec,
+    k: int,
+    wd: WorkDir,
+    mesh: tuple[np.ndarray, sp.csr_matrix] | None,
+) -> _Job:
+    A = None if mesh is None else mesh[1]
+    steps = 0
+    if spec.feature_smoothing_mm > 0:
+        steps = smoothing_steps(mesh[0], A, spec.feature_smoothing_mm)
+    est = build_estimator(spec, k, cfg.random_state, A)
+    params = {
+        p: {"sparse": list(v.shape), "nnz": int(v.nnz)} if sp.issparse(v) else v
+        for p, v in est.get_params().items()
+    }
+    key = {
+        "svd": wd.fingerprint_of(f"svd/{split}"),
+        "method": spec.method,
+        "k": k,
+        "params": params,
+        "features": spec.features,
+        "feature_smoothing": {"fwhm_mm": spec.feature_smoothing_mm, "steps": steps},
+        "contiguous": {"on": spec.contiguous, "min_size": cfg.min_region_size},
+        "lsd_dask": __version__,
+    }
+    stage = f"cluster/{split}/{spec.name}/K{k}"
+    return _Job(split, spec, k, est, key, wd.labels(split, spec.name, k), stage, steps)
+
+
+def _fit(
+    est: Any, F: Any, contiguous: bool, A: Any, min_size: int, kept: np.ndarray
+) -> dict[str, Any]:
+    """Fit, then the labels on the full surface (0 on masked vertices); runs anywhere."""
+    t0 = time.perf_counter()
+    est.fit(F)
+    lab = est.labels_  # numpy, whatever the features (the estimators' labels_ policy)
+    full = np.zeros(kept.size, np.int32)
+    n_parcels = None
+    if contiguous:
+        parcels = contiguous_parcels(lab, A, min_size=min_size, features=F)
+        full[kept] = parcels
+        n_parcels = int(parcels.max())
+    else:
+        full[kept] = lab + 1
+    n_iter = getattr(est, "n_iter_", None)
+    return {
+        "labels": full,
+        "seconds": time.perf_counter() - t0,
+        "n_iter": int(n_iter) if isinstance(n_iter, (int, np.integer)) else None,
+        "n_parcels": n_parcels,
+        "where": task_location(),
+    }
+
+
+def _fit_as_tasks(
+    client: Any,
+    cfg: PipelineConfig,
+    todo: list[_Job],
+    kept: np.ndarray,
+    wd: WorkDir,
+    log: Log,
+    A: Any,
+) -> None:
+    """Every fit as one task; each features set loaded by a worker, then copied to all."""
+    from distributed import as_completed
+
+    shared = client.scatter([kept, A], broadcast=True, hash=False)
+    loads: dict[Any, Any] = {}
+    for j in todo:
+        if j.which not in loads:
+            loads[j.which] = client.submit(
+                _task_features, wd.root, wd.folder.storage_options, j.split,
+                j.smoothing(shared[1]), j.spec.features, pure=False,
+            )  # fmt: skip
+    futures = {}
+    for which, fut in loads.items():
+        client.replicate([fut])  # on every worker: fits then go wherever a thread is free
+        for j in (j for j in todo if j.which == which):
+            _log_blur(j, log)
+            futures[
+                client.submit(
+                    _fit, j.est, fut, j.spec.contiguous, shared[1], cfg.min_region_size,
+                    shared[0], pure=False,
+                )
+            ] = j  # fmt: skip
+    loads.clear()  # the fits hold the features; they are released as the fits finish
+    log(f"[cluster] {len(futures)} fits as tasks on {len(client.nthreads())} workers")
+    try:
+        for i, fut in enumerate(as_completed(futures), 1):
+            _save(wd, futures[fut], fut.result(), log, bar(i, len(futures)))
+    except BaseException:
+        client.cancel(list(futures))
+        raise
+
+
+def _save(wd: WorkDir, j: _Job, out: dict[str, Any], log: Log, progress: str) -> None:
+    wd.save_npy(j.path, out["labels"])
+    wd.record(j.stage, j.key)
+    iters = f", {out['n_iter']} iterations" if out["n_iter"] is not None else ""
+    parcels = f", {out['n_parcels']} contiguous parcels" if out["n_parcels"] else ""
+    where = f" ({out['where']})" if out["where"] != "client" else ""
+    log(
+        f"[cluster] {progress} {j.split} {j.spec.name} K={j.k}: "
+        f"{out['seconds']:.1f} s{iters}{parcels}{where}"
+    )
+
+
+def _log_blur(j: _Job, log: Log) -> None:
+    if j.steps:
+        log(
+            f"[cluster] {j.split} features blurred along the mesh: FWHM "
+            f"{j.spec.feature_smoothing_mm:g} mm ({j.steps} averaging steps)"
+        )
+
+
+def _fits_in_a_task(client: Any, wd: WorkDir, split: str) -> bool:
+    """Every worker's memory limit holds FIT_TASK_MEMORY_FACTOR times the features."""
+    U = wd.load_npy(wd.u(split), mmap=True)
+    need = FIT_TASK_MEMORY_FACTOR * U.shape[0] * U.shape[1] * 4
+    info = client.scheduler_info(n_workers=-1)["workers"].values()
+    limits = [int(w.get("memory_limit") or 0) for w in info]
+    return bool(limits) and all(m == 0 or m >= need for m in limits)
+
+
+def _task_features(
+    root: str, storage_options: Any, split: str, smoothing: Any, kind: str
+) -> np.ndarray:
+    """A split's features in this worker's memory (it reads the shared work folder)."""
+    wd = WorkDir(root, lambda line: None, storage_options)
+    return _features(wd, split, smoothing, kind, in_memory=True)
+
+
+def _features(
+    wd: WorkDir,
+    split: str,
+    smoothing: tuple[int, Any] | None = None,
+    kind: str = "us",
+    *,
+    in_memory: bool = False,
+) -> Any:
+    """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``), blurred along the mesh when
+    asked (then unit rows again): numpy when small or ``in_memory``, else a dask array
+    persisted on the workers."""
+    U = wd.load_npy(wd.u(split), mmap=True)
+    scale = wd.load_npy(wd.s(split)).astype(U.dtype) if kind == "us" else None
+    if in_memory or U.nbytes <= IN_MEMORY_FEATURES_BYTES:
+        F = np.asarray(U)
+    else:
+        # sent to the workers once, not embedded in every graph that reads them
+        F = scattered_rows(U, max(1, min(U.shape[0], 16384)))
+    F = unit_rows(F if scale is None else F * scale)
+    if smoothing is not None:
+        steps, A = smoothing
+        F = unit_rows(smooth_on_mesh(F, A, n_iter=steps))
+    return F.persist() if isinstance(F, da.Array) else F

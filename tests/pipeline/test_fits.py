@@ -1,0 +1,69 @@
+"""The cluster stage: fits as tasks on the workers, or as Dask graphs, or in process."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from distributed import Client
+
+import lsd_dask.pipeline.fits as fits_mod
+from lsd_dask.pipeline import load_config, run_pipeline, write_study
+
+METHODS = ["directional", "spherical_kmeans"]
+
+
+def _labels(cfg):
+    work = cfg.output / "work" / "labels"
+    return {p.name: np.load(p) for p in sorted(work.glob("*.npy"))}
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory, study):
+    """Every fit of the small study, run in this process without a cluster."""
+    folder = tmp_path_factory.mktemp("alone")
+    write_study(study, folder, fmt="gifti")
+    cfg = load_config(folder / "pipeline.yaml", ks=[4, 8], methods=METHODS, null_repeats=0)
+    run_pipeline(cfg, log=lambda line: None)
+    return folder, _labels(cfg)
+
+
+@pytest.mark.parametrize("as_tasks", [True, False])
+def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
+    in_process, scheduler_address, monkeypatch, as_tasks
+):
+    """A task per fit (workers of 2 GB hold the features) runs the same numpy fit as a
+    run without a cluster: the same labels. Features too large for that (the factor
+    raised) go through Dask graphs instead, with the same parcels found."""
+    folder, reference = in_process
+    if not as_tasks:
+        monkeypatch.setattr(fits_mod, "FIT_TASK_MEMORY_FACTOR", 10**9)
+    cfg = load_config(
+        folder / "pipeline.yaml",
+        ks=[4, 8],
+        methods=METHODS,
+        null_repeats=0,
+        output=str(folder / f"tasks-{as_tasks}"),
+    )
+    lines: list[str] = []
+    with Client(scheduler_address) as client:
+        client.wait_for_workers(2)
+        run_pipeline(cfg, log=lines.append)
+        workers = set(client.nthreads())
+    fitted = [ln for ln in lines if re.match(r"\[cluster\] \[.*K=\d+: [\d.]+ s", ln)]
+    assert len(fitted) == 8
+    got = _labels(cfg)
+    assert got.keys() == reference.keys() and len(got) == 8
+    if as_tasks:
+        assert any("8 fits as tasks on 2 workers" in ln for ln in lines)
+        assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in fitted} <= workers
+        for name, lab in got.items():
+            np.testing.assert_array_equal(lab, reference[name], err_msg=name)
+    else:
+        assert not any("fits as tasks" in ln for ln in lines)
+        from lsd_dask.metrics import nmi
+
+        for name, lab in got.items():
+            keep = lab > 0
+            assert nmi(lab[keep], reference[name][keep]) > 0.9, name
