@@ -38,9 +38,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-STAGES = ("preflight", "mask_ingest", "svd", "cluster", "scores", "outputs")
+STAGES = ("preflight", "mask_ingest", "svd", "cluster", "scores", "outputs", "svd_alone")
 _PREFIX = {"[mask]": "mask_ingest", "[ingest]": "mask_ingest", "[svd]": "svd"}
 _PREFIX |= {"[cluster]": "cluster", "[scores]": "scores", "[outputs]": "outputs"}
+_PREFIX |= {"[done]": "outputs"}
 
 
 def main() -> None:
@@ -68,9 +69,10 @@ def main() -> None:
     results = {}
     for w in args.workers:
         cmd = [sys.executable, __file__, "--child", str(w), *sys.argv[1:]]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        # the pipeline's lines go to stderr as they come; the measurements to stdout
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
         if proc.returncode != 0:
-            sys.exit(f"the {w}-worker run failed:\n{proc.stderr[-4000:]}")
+            sys.exit(f"the {w}-worker run failed (its log is above)")
         results[w] = json.loads(proc.stdout.strip().splitlines()[-1])
         print_table(w, results[w])
     if len(results) > 1:
@@ -151,6 +153,7 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
         report = run_pipeline(cfg, log=log)
         svd_reference = None
         if not args.no_svd_reference:
+            state["stage"] = "svd_alone"
             svd_reference = time_svd(cfg, out, args.cold)
         stop.set()
     timings = report["timings_s"]

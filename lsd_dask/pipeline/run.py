@@ -119,6 +119,7 @@ def run_pipeline(
     timings["scores"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    log(f"[outputs] label files, figures and the report into {out}")
     files = _write_outputs(cfg, list(splits), meshes, sizes, scores, wd, out, A, command)
     timings["outputs"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
