@@ -25,6 +25,7 @@ from distributed import Client, LocalCluster
 __all__ = [
     "active_client",
     "task_location",
+    "show_progress",
     "scattered_rows",
     "connect",
     "load_cluster_config",
@@ -74,6 +75,29 @@ class ManagedClient(Client):
         if cluster is not None:
             cluster.close()
         return out
+
+
+def show_progress(futures: list[Any]) -> bool:
+    """In a Jupyter kernel, display ``distributed.progress`` for these futures (a widget
+    that fills as they finish; the call does not wait). Elsewhere nothing: the stages'
+    console lines say the same, one per step. Returns whether a widget was shown.
+
+    Needs ``ipywidgets`` (``pip install lsd-dask[notebook]``).
+    """
+    from distributed.utils import is_kernel
+
+    if not futures or not is_kernel():
+        return False
+    try:
+        import ipywidgets  # noqa: F401 - distributed's widget needs it
+    except ImportError:
+        return False
+    from distributed import progress
+    from IPython.display import display
+
+    # progress() returns the widget; a notebook shows it only when it is displayed
+    display(progress(futures, notebook=True, multi=False))
+    return True
 
 
 def task_location() -> str:

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import __version__
-from ..distributed import active_client, scattered_rows, task_location
+from ..distributed import active_client, scattered_rows, show_progress, task_location
 from ..similarity import unit_rows
 from ..surface import contiguous_parcels, smooth_on_mesh, smoothing_steps
 from ._log import Log, bar
@@ -198,6 +198,7 @@ def _fit_as_tasks(
                 )
             ] = j  # fmt: skip
     loads.clear()  # the fits hold the features; they are released as the fits finish
+    show_progress(list(futures))
     log(f"[cluster] {len(futures)} fits as tasks on {len(client.nthreads())} workers")
     try:
         for i, fut in enumerate(as_completed(futures), 1):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..distributed import active_client, task_location
+from ..distributed import active_client, show_progress, task_location
 from ..io.surface_files import load_subject, subject_t_r
 from ..io.zarr_store import SplitWriter, build_split
 from ._log import Log, bar
@@ -207,6 +207,7 @@ def _run(
         ): s
         for s, target in jobs
     }  # fmt: skip
+    show_progress(list(futures))
     fut = None
     try:
         for i, fut in enumerate(as_completed(futures), 1):
