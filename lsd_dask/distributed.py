@@ -111,7 +111,13 @@ def task_location() -> str:
 
 
 def active_client() -> Client | None:
-    """The distributed client this process is working with, or None (dask's threads)."""
+    """The distributed client this process is working with, or None (dask's threads).
+
+    None inside a task on a worker too: a fit running as one task (the pipeline's cluster
+    stage) must not fan its own work out to the cluster, whose threads the fits hold.
+    """
+    if task_location() != "client":
+        return None
     try:
         from distributed import get_client
 

@@ -2,14 +2,15 @@
 
 Where a fit runs depends on the features' size and on the cluster:
 
-- **a task per fit** (a distributed cluster whose workers hold the features comfortably):
+- **a task per fit** (features over ``IN_MEMORY_FEATURES_BYTES`` on a distributed cluster
+  whose workers hold them comfortably):
   each worker loads a split's features once (from the shared work folder, copied to every
   worker), and each fit runs as one task in numpy, so independent fits run side by side,
   one per worker thread, at the cost of their arithmetic: no per-iteration round trips.
 - **a Dask graph per fit** (features too large for a worker): the features are scattered
   as row blocks once and every iteration is a graph over them, one fit after another.
-- **in this process** (no distributed cluster): numpy when the features are small, else
-  dask's local threads.
+- **in this process**: numpy when the features are small (whatever the scheduler), else
+  dask's local threads when no distributed cluster is active.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
@@ -146,23 +148,27 @@ def _fit(
 ) -> dict[str, Any]:
     """Fit, then the labels on the full surface (0 on masked vertices); runs anywhere."""
     t0 = time.perf_counter()
-    est.fit(F)
-    lab = est.labels_  # numpy, whatever the features (the estimators' labels_ policy)
-    full = np.zeros(kept.size, np.int32)
-    n_parcels = None
-    if contiguous:
-        parcels = contiguous_parcels(lab, A, min_size=min_size, features=F)
-        full[kept] = parcels
-        n_parcels = int(parcels.max())
-    else:
-        full[kept] = lab + 1
+    where = task_location()
+    # inside a worker, any graph an estimator builds runs right here: sent to the cluster,
+    # it would wait for worker threads that the fits themselves hold
+    with dask.config.set(scheduler="sync" if where != "client" else None):
+        est.fit(F)
+        lab = est.labels_  # numpy, whatever the features (the estimators' labels_ policy)
+        full = np.zeros(kept.size, np.int32)
+        n_parcels = None
+        if contiguous:
+            parcels = contiguous_parcels(lab, A, min_size=min_size, features=F)
+            full[kept] = parcels
+            n_parcels = int(parcels.max())
+        else:
+            full[kept] = lab + 1
     n_iter = getattr(est, "n_iter_", None)
     return {
         "labels": full,
         "seconds": time.perf_counter() - t0,
         "n_iter": int(n_iter) if isinstance(n_iter, (int, np.integer)) else None,
         "n_parcels": n_parcels,
-        "where": task_location(),
+        "where": where,
     }
 
 
@@ -229,8 +235,11 @@ def _log_blur(j: _Job, log: Log) -> None:
 
 
 def _fits_in_a_task(client: Any, wd: WorkDir, split: str) -> bool:
-    """Every worker's memory limit holds FIT_TASK_MEMORY_FACTOR times the features."""
+    """Features too large to cluster here in memory, which every worker's memory limit
+    holds FIT_TASK_MEMORY_FACTOR times."""
     U = wd.load_npy(wd.u(split), mmap=True)
+    if U.nbytes <= IN_MEMORY_FEATURES_BYTES:
+        return False
     need = FIT_TASK_MEMORY_FACTOR * U.shape[0] * U.shape[1] * 4
     info = client.scheduler_info(n_workers=-1)["workers"].values()
     limits = [int(w.get("memory_limit") or 0) for w in info]
