@@ -33,9 +33,9 @@ def test_notebook_runs(path, scheduler, tmp_path, monkeypatch):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     if path.name == "02_remote_scheduler.ipynb":
-        # distributed.progress widgets for the ingest tasks and the fits, shown as they run
+        # a distributed.progress widget for the ingest tasks (its small fits run in process)
         view = "application/vnd.jupyter.widget-view+json"
-        assert len([o for o in outputs if view in o.get("data", {})]) >= 2
+        assert len([o for o in outputs if view in o.get("data", {})]) >= 1
     # the notebook's work ran on the scheduler's workers, not on a cluster of its own
     assert _tasks_run(scheduler) > before
 
