@@ -23,7 +23,8 @@ default). Hierarchical LSD gives its polished leaves (``hierarchical_lsd_leaves`
 refined labels from one fit; ``hierarchical_lsd_paper`` is a fit of the paper's algorithm
 (closed-form splits, ``split_iter=0``, no refinement). ``*_potts`` rows add a Potts
 penalty of ``--spatial-weight`` per cut mesh edge to the assignment step (the pipeline's
-``spatial_weight``).
+``spatial_weight``); ``*_merged`` rows fit ``--oversegment`` × K clusters with that Potts
+term and merge them to K with Ward's linkage on the mesh (the pipeline's ``oversegment``).
 
     python benchmarks/realistic.py --data realistic --ks 100 200 400 --seeds 0 1 2
     python benchmarks/realistic.py --data real --ks 50 100 200 --seeds 0 1 2
@@ -53,6 +54,8 @@ METHODS = (
     "spherical_kmeans_potts",
     "directional",
     "directional_potts",
+    "directional_potts_merged",
+    "spherical_kmeans_potts_merged",
     "directional_paper",
     "lsd",
     "hierarchical_lsd",
@@ -69,9 +72,25 @@ def features(study: Any, split: str, rank: int, seed: int, kind: str = "us") -> 
 
 
 def fit(
-    method: str, F: np.ndarray, k: int, seed: int, A: Any, beta: float = 2.0
+    method: str,
+    F: np.ndarray,
+    k: int,
+    seed: int,
+    A: Any,
+    beta: float = 2.0,
+    oversegment: float = 2.0,
 ) -> dict[str, np.ndarray]:
     """Fit one method; returns its row name(s) mapped to labels."""
+    if method.endswith("_merged"):  # oversegment × K clusters, Ward-merged to K on the mesh
+        kind = cluster.DirectionalClustering if "directional" in method else cluster.SphericalKMeans
+        est = cluster.WardMerge(
+            kind(spatial_weight=beta, connectivity=A),
+            k,
+            oversegment=oversegment,
+            connectivity=A,
+            random_state=seed,
+        )
+        return {method: est.fit(F).labels_}
     if method == "kmeans_sklearn":
         from sklearn.cluster import KMeans
 
@@ -165,6 +184,12 @@ def main() -> None:
         "--spatial-weight", type=float, default=2.0, help="Potts weight of the *_potts rows."
     )
     ap.add_argument(
+        "--oversegment",
+        type=float,
+        default=2.0,
+        help="Fine clusters per cluster of the *_merged rows (the pipeline's oversegment).",
+    )
+    ap.add_argument(
         "--smooth-mm",
         type=float,
         nargs="+",
@@ -202,7 +227,7 @@ def main() -> None:
                 per_split: dict[str, dict[str, np.ndarray]] = {}
                 for s, F in feats.items():
                     t0 = time.perf_counter()
-                    per_split[s] = fit(method, F, k, seed, A, args.spatial_weight)
+                    per_split[s] = fit(method, F, k, seed, A, args.spatial_weight, args.oversegment)
                     secs.append(time.perf_counter() - t0)
                 for name in per_split["split1"]:
                     rows[name].append({s: np.asarray(v[name]) for s, v in per_split.items()})

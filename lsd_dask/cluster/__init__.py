@@ -7,7 +7,7 @@ from .lsd import LSD
 from .nmf import NMF, SemiNMF
 from .sof import SoF
 from .spectral import SpectralClustering
-from .ward import MeshWard
+from .ward import MeshWard, WardMerge, ward_merge
 
 __all__ = [
     "LSD",
@@ -23,4 +23,6 @@ __all__ = [
     "NMF",
     "SemiNMF",
     "MeshWard",
+    "WardMerge",
+    "ward_merge",
 ]

@@ -24,7 +24,9 @@ A pipeline YAML looks like::
     feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first
     contiguous: false              # true: connected parcels, fragments merged (see run.py)
     spatial_weight: 0              # directional, spherical_kmeans: Potts penalty per cut edge
-                                   # (these three: every method's default)
+    oversegment: 1                 # > 1: fit oversegment × K clusters, then merge neighbours
+                                   # on the mesh with Ward's linkage down to K
+                                   # (these four: every method's default)
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
     preprocess:                    # per subject at ingest, before the SVD (default: none)
       smoothing_mm: 0              # FWHM along the mesh
@@ -148,6 +150,9 @@ class PipelineConfig:
     #: Potts penalty per cut mesh edge in the assignment of directional clustering and
     #: spherical k-means (0: none)
     spatial_weight: float = 0.0
+    #: fit ``oversegment`` × K clusters, then merge clusters that touch on the mesh with
+    #: Ward's linkage down to K (1: no merge; :class:`lsd_dask.cluster.WardMerge`)
+    oversegment: float = 1.0
     #: where the stores, SVD results and labels go: ``<output>/work`` (None), another
     #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
     work: str | None = None
@@ -301,6 +306,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         ),
         "spatial_weight": _nonnegative(raw.get("spatial_weight", 0.0), "spatial_weight"),
         "contiguous": _bool(raw.get("contiguous", False), "contiguous"),
+        "oversegment": _at_least_one(raw.get("oversegment", 1.0), "oversegment"),
         "features": raw.get("features"),
     }
     if spatial["features"] not in (None, "us", "u"):
@@ -368,6 +374,15 @@ def _nonnegative(v: Any, key: str) -> float:
         raise ValueError(f"{key}: {v!r} is not a number.")
     if not v >= 0:
         raise ValueError(f"{key}: must be >= 0, got {v!r}.")
+    return float(v)
+
+
+def _at_least_one(v: Any, key: str) -> float:
+    """A number >= 1 (not a bool or a word)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{key}: {v!r} is not a number.")
+    if not v >= 1:
+        raise ValueError(f"{key}: must be >= 1 (1: no merge), got {v!r}.")
     return float(v)
 
 

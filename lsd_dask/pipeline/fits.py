@@ -125,9 +125,10 @@ def _job(
     if spec.feature_smoothing_mm > 0:
         steps = smoothing_steps(mesh[0], A, spec.feature_smoothing_mm)
     est = build_estimator(spec, k, cfg.random_state, A)
-    params = {
+    params = {  # deep: a wrapped estimator's own parameters, not its repr
         p: {"sparse": list(v.shape), "nnz": int(v.nnz)} if sp.issparse(v) else v
-        for p, v in est.get_params().items()
+        for p, v in est.get_params(deep=True).items()
+        if not hasattr(v, "get_params")
     }
     key = {
         "svd": wd.fingerprint_of(f"svd/{split}"),

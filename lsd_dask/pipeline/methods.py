@@ -9,8 +9,8 @@ that one run can put two settings of a method side by side::
 
     methods:
       - ward
-      - {name: directional_spatial, method: directional, feature_smoothing_mm: 20,
-         spatial_weight: 2}
+      - {name: directional_spatial, method: directional, feature_smoothing_mm: 5,
+         spatial_weight: 2, oversegment: 2}
 
 A variant's ``name`` names its label files and its rows in the report.
 """
@@ -96,6 +96,9 @@ class MethodSpec:
         Potts penalty per cut mesh edge (methods with ``potts`` only).
     contiguous : bool
         Split clusters into connected parcels, merging small fragments.
+    oversegment : float
+        Fit ``oversegment`` × K clusters, then merge clusters that touch on the mesh with
+        Ward's linkage down to K (1: no merge).
     features : {"us", "u"}
         Unit rows of U·Σ (the cosine of two vertices is the correlation of their rank-r
         reconstructions) or of U (every component weighs the same). Default: the method's.
@@ -107,6 +110,7 @@ class MethodSpec:
     spatial_weight: float = 0.0
     contiguous: bool = False
     features: str = "us"
+    oversegment: float = 1.0
 
     @property
     def needs_mesh(self) -> bool:
@@ -114,12 +118,14 @@ class MethodSpec:
             METHODS[self.method].needs_mesh
             or self.feature_smoothing_mm > 0
             or self.contiguous
+            or self.oversegment > 1
             or (self.spatial_weight > 0 and METHODS[self.method].potts)
         )
 
 
 def build_estimator(spec: MethodSpec, k: int, random_state: int, connectivity: Any = None) -> Any:
-    """The unfitted estimator of a configured method at K clusters."""
+    """The unfitted estimator of a configured method at K clusters (wrapped in
+    :class:`~lsd_dask.cluster.WardMerge` when ``oversegment`` > 1)."""
     m = METHODS[spec.method]
     extra: dict[str, Any] = {}
     if m.needs_mesh:
@@ -127,14 +133,22 @@ def build_estimator(spec: MethodSpec, k: int, random_state: int, connectivity: A
     if m.potts:
         extra["spatial_weight"] = spec.spatial_weight
         extra["connectivity"] = connectivity if spec.spatial_weight > 0 else None
-    return m.build(k, random_state, **extra)
+    est = m.build(k, random_state, **extra)
+    if spec.oversegment > 1:
+        from ..cluster import WardMerge
+
+        est = WardMerge(
+            est, k, oversegment=spec.oversegment, connectivity=connectivity,
+            random_state=random_state,
+        )
+    return est
 
 
 def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
     """Method specs from the ``methods:`` entry; errors name the entry and the key.
 
     ``defaults`` holds the top-level ``feature_smoothing_mm``, ``spatial_weight``,
-    ``contiguous`` and ``features`` (None: each method's own), which a variant may
+    ``contiguous``, ``oversegment`` and ``features`` (None: each method's own), which a variant may
     override.
     """
     entries = [raw] if isinstance(raw, str | dict) else raw
@@ -168,6 +182,9 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
                 raise ValueError(f"methods[{i}].{key}: a number >= 0, got {v!r}.")
             if v < 0:
                 raise ValueError(f"methods[{i}].{key}: a number >= 0, got {v!r}.")
+        v = settings["oversegment"]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 1:
+            raise ValueError(f"methods[{i}].oversegment: a number >= 1 (1: no merge), got {v!r}.")
         if not isinstance(settings["contiguous"], bool):
             raise ValueError(f"methods[{i}].contiguous: true or false.")
         features = settings.get("features") or METHODS[method].features
@@ -188,6 +205,7 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
                 spatial_weight=float(settings["spatial_weight"]),
                 contiguous=settings["contiguous"],
                 features=features,
+                oversegment=float(settings["oversegment"]),
             )
         )
     names = [s.name for s in specs]
@@ -205,4 +223,5 @@ _VARIANT_KEYS = {
     "spatial_weight",
     "contiguous",
     "features",
+    "oversegment",
 }

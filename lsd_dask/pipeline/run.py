@@ -532,6 +532,7 @@ def _sidecar(
         "SVD": asdict(cfg.svd),
         "FeatureSmoothingFWHM": spec.feature_smoothing_mm,
         "SpatialWeight": spec.spatial_weight,
+        "Oversegment": spec.oversegment,
         "Contiguous": spec.contiguous,
         "Preprocessing": cfg.preprocess.to_dict(),
         "RandomState": cfg.random_state,

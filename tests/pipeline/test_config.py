@@ -78,6 +78,8 @@ def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
         ({"splits": {"../../x": ["sub-0"], "b": ["sub-1"]}}, "split name '../../x'"),
         ({"mesh": ["lh.surf.gii"]}, "mesh: expected a mapping"),
         ({"features": "US"}, "features must be 'us'"),
+        ({"oversegment": 0.5}, "oversegment: must be >= 1"),
+        ({"methods": [{"method": "lsd", "oversegment": "2"}]}, r"methods\[0\].oversegment: a num"),
     ],
 )
 def test_bad_values_name_their_key(folder, change, message):

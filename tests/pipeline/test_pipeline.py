@@ -325,7 +325,12 @@ def test_method_variants_run_side_by_side(tmp_path, study):
     logs: list[str] = []
     report = run_pipeline(cfg, log=logs.append)
     assert {r["method"] for r in report["scores"]} == {"directional", "dir_spatial", "ward"}
-    assert report["config"]["methods"][1] == {**spatial, "contiguous": False, "features": "us"}
+    assert report["config"]["methods"][1] == {
+        **spatial,
+        "contiguous": False,
+        "features": "us",
+        "oversegment": 1.0,
+    }
     # the variant is directional clustering with its Potts term on the blurred features
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
@@ -343,6 +348,41 @@ def test_method_variants_run_side_by_side(tmp_path, study):
     plain = np.load(work / "labels" / "split1_directional_K10.npy")[kept] - 1
     assert metrics.ari(plain, got) < 0.99  # the variant's settings took effect
     assert len(list((cfg.output / "labels").glob("hemi-L_*_seg-dirspatial_*K10split1*.gii"))) == 1
+
+
+def test_oversegment_merges_a_finer_fit_with_ward_on_the_mesh(tmp_path, study):
+    from lsd_dask.cluster import SphericalKMeans, WardMerge
+    from lsd_dask.similarity import unit_rows
+    from lsd_dask.surface import mesh_adjacency
+
+    write_study(study, tmp_path, fmt="gifti")
+    merged = {"name": "skm_merged", "method": "spherical_kmeans", "oversegment": 3}
+    cfg = _config(tmp_path, ks=[8], methods=["spherical_kmeans", merged])
+    logs: list[str] = []
+    report = run_pipeline(cfg, log=logs.append)
+    assert report["config"]["methods"][1]["oversegment"] == 3.0
+    work = cfg.output / "work"
+    kept = np.load(work / "mask.npy")
+    m = study.meshes
+    A = mesh_adjacency(
+        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
+    )[kept][:, kept].tocsr()
+    F = unit_rows(np.load(work / "split1_U.npy") * np.load(work / "split1_s.npy"))
+    ref = WardMerge(SphericalKMeans(), 8, oversegment=3, connectivity=A, random_state=0).fit(F)
+    assert ref.estimator_.n_clusters == 24
+    got = np.load(work / "labels" / "split1_skm_merged_K8.npy")[kept] - 1
+    assert np.unique(got).size == 8
+    assert metrics.ari(ref.labels_, got) > 0.99
+    plain = np.load(work / "labels" / "split1_spherical_kmeans_K8.npy")[kept] - 1
+    assert metrics.ari(plain, got) < 0.99  # not the plain fit at K = 8
+    sidecar = next((cfg.output / "labels").glob("*seg-skmmerged*K8split1*.json"))
+    assert json.loads(sidecar.read_text())["Oversegment"] == 3.0
+    # a changed oversegment refits only that variant
+    cfg2 = _config(tmp_path, ks=[8], methods=["spherical_kmeans", {**merged, "oversegment": 2}])
+    logs.clear()
+    run_pipeline(cfg2, log=logs.append)
+    assert any("spherical_kmeans K=8 done earlier" in line for line in logs), logs
+    assert any("skm_merged/K8: recomputing (changed: params.oversegment" in ln for ln in logs)
 
 
 def test_features_u_clusters_the_rows_of_u(tmp_path, study):
