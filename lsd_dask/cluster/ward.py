@@ -130,6 +130,8 @@ class WardMerge(ClusterBase):
         The fine estimator's labels.
     estimator_ : estimator
         The fitted fine estimator.
+    n_iter_ : int
+        The fine estimator's iterations, where it reports them.
     merges_ : ndarray of shape (n_fine - n_clusters, 3)
         Each merge as (fine cluster a, fine cluster b, Ward cost), in order; a merged
         cluster keeps the smaller of its two ids.
@@ -178,6 +180,8 @@ class WardMerge(ClusterBase):
             est.set_params(random_state=self.random_state)
         est.fit(X)
         self.estimator_ = est
+        if hasattr(est, "n_iter_"):  # the fine fit's iterations (the pipeline logs them)
+            self.n_iter_ = est.n_iter_
         self.fine_labels_ = eager_labels(est.labels_)
         self.labels_, self.merges_ = ward_merge(
             X, self.fine_labels_, k, connectivity=self.connectivity

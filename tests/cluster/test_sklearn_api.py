@@ -21,6 +21,7 @@ from lsd_dask.cluster import (
     SoF,
     SpectralClustering,
     SphericalKMeans,
+    WardMerge,
 )
 
 _ZERO = "cosine similarity is undefined for the all-zero rows of this check"
@@ -55,6 +56,7 @@ def _expected(est):
         SemiNMF(3, random_state=0),
         NMF(3, random_state=0),
         MeshWard(3),
+        WardMerge(SphericalKMeans(), 3, random_state=0),
     ],
     expected_failed_checks=_expected,
 )
