@@ -9,8 +9,8 @@ that one run can put two settings of a method side by side::
 
     methods:
       - ward
-      - {name: directional_spatial, method: directional, feature_smoothing_mm: 5,
-         spatial_weight: 2, oversegment: 2}
+      - {name: directional_merged, method: directional, spatial_weight: 2,
+         oversegment: 2}
 
 A variant's ``name`` names its label files and its rows in the report.
 """

@@ -66,7 +66,10 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
             np.testing.assert_array_equal(lab > 0, reference[name] > 0, err_msg=name)
             if "hierarchical" in name:
                 # it ran (in a task it must not fan out to the workers the fits hold);
-                # its partition is compared only by K here: see the session 9 note
+                # its partition is compared only by K: on this small study (K below the
+                # 10 planted parcels) its greedy splits follow rounding in U. The cluster
+                # SVD's U differs from the one here in the last float32 digits, and adding
+                # 1e-5 noise to U alone already moves its partition to ARI 0.43 (K = 4)
                 k = int(name.rsplit("_K", 1)[1].removesuffix(".npy"))
                 assert np.unique(lab[lab > 0]).size == k, name
                 continue
