@@ -12,7 +12,13 @@ import lsd_dask.pipeline.fits as fits_mod
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 
 # hierarchical LSD fans its splits out to an active client: inside a task it must not
-METHODS = ["directional", "spherical_kmeans", "hierarchical_lsd"]
+# and a Ward-merged variant (its fine fit and merge in the task, or over dask features)
+METHODS = [
+    "directional",
+    "spherical_kmeans",
+    "hierarchical_lsd",
+    {"name": "dir_merged", "method": "directional", "spatial_weight": 1, "oversegment": 2},
+]
 
 
 def _labels(cfg):
@@ -54,11 +60,11 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
         run_pipeline(cfg, log=lines.append)
         workers = set(client.nthreads())
     fitted = [ln for ln in lines if re.match(r"\[cluster\] \[.*K=\d+: [\d.]+ s", ln)]
-    assert len(fitted) == 12
+    assert len(fitted) == 16
     got = _labels(cfg)
-    assert got.keys() == reference.keys() and len(got) == 12
+    assert got.keys() == reference.keys() and len(got) == 16
     if as_tasks:
-        assert any("12 fits as tasks on 2 workers" in ln for ln in lines)
+        assert any("16 fits as tasks on 2 workers" in ln for ln in lines)
         assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in fitted} <= workers
         from lsd_dask.metrics import ari
 
