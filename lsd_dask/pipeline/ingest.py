@@ -63,8 +63,10 @@ def stage_mask_and_ingest(
     check = check or (lambda kept: None)
     mask_key = _mask_key(cfg, sizes)
     mask_current = wd.is_current("mask", mask_key, [wd.mask, wd.mask_info])
+    by_id = {s.subject: s for s in cfg.subjects}
     ingest_keys = {
-        split: _ingest_key(cfg, fingerprint(mask_key), ids) for split, ids in splits.items()
+        split: _ingest_key(cfg, fingerprint(mask_key), [by_id[i] for i in ids])
+        for split, ids in splits.items()
     }
     need = [
         split
@@ -79,7 +81,6 @@ def stage_mask_and_ingest(
         check(wd.load_npy(wd.mask))
         if not need:
             return json.loads(wd.read_text(wd.mask_info))
-    by_id = {s.subject: s for s in cfg.subjects}
     kept: np.ndarray | None = None
     info: dict[str, Any] | None = None
     if mask_current:
@@ -156,16 +157,16 @@ def _mask_key(cfg: PipelineConfig, sizes: list[int]) -> dict[str, Any]:
     }
 
 
-def _ingest_key(cfg: PipelineConfig, mask_fingerprint: str, ids: list[str]) -> dict[str, Any]:
+def _ingest_key(cfg: PipelineConfig, mask_fingerprint: str, subjects: list[Any]) -> dict[str, Any]:
     pp = cfg.preprocess
-    by_id = {s.subject: s for s in cfg.subjects}
-    key: dict[str, Any] = {"mask": mask_fingerprint, "subjects": list(ids), "layout": 2}
+    ids = [s.subject for s in subjects]
+    key: dict[str, Any] = {"mask": mask_fingerprint, "subjects": ids, "layout": 2}
     if pp.active:  # absent when off, so stores written before this option stay current
         key["preprocess"] = pp.to_dict()
         if pp.confounds is not None:
             key["confound_files"] = [file_identity(pp.confound_path(i)) for i in ids]
         if pp.band_pass:
-            key["t_r"] = [subject_t_r_of(cfg, by_id[i]) for i in ids]
+            key["t_r"] = [subject_t_r_of(cfg, s) for s in subjects]
     return key
 
 
