@@ -17,13 +17,18 @@ from lsd_dask.metrics import ari
 from lsd_dask.surface import grid_adjacency, icosphere, split_connected
 
 
-def test_equals_scikit_learn_and_every_cluster_is_connected():
+def _smooth_on_sphere(n_features, noise, seed):
+    """Features that are smooth functions of position on a sphere mesh, plus noise."""
     mesh = icosphere(8, radius=50.0)
-    A = mesh.adjacency()
-    rng = np.random.default_rng(0)
-    # smooth features (a function of position) plus noise
-    X = np.column_stack([np.sin(mesh.vertices @ rng.standard_normal(3) / 20) for _ in range(6)])
-    X += 0.1 * rng.standard_normal(X.shape)
+    rng = np.random.default_rng(seed)
+    X = np.column_stack(
+        [np.sin(mesh.vertices @ rng.standard_normal(3) / 20) for _ in range(n_features)]
+    )
+    return X + noise * rng.standard_normal(X.shape), mesh.adjacency()
+
+
+def test_equals_scikit_learn_and_every_cluster_is_connected():
+    X, A = _smooth_on_sphere(6, 0.1, seed=0)
     lab = MeshWard(12, connectivity=A).fit(X).labels_
     ref = AgglomerativeClustering(12, linkage="ward", connectivity=A).fit(X).labels_
     np.testing.assert_array_equal(lab, ref)
@@ -52,11 +57,7 @@ def _sse(X, lab):
 def test_ward_merge_equals_scikit_learn_ward_over_the_cluster_means():
     # Ward over samples that each carry their (connected) cluster's mean first joins every
     # cluster at no cost, then merges the clusters exactly as ward_merge does
-    mesh = icosphere(8, radius=50.0)
-    A = mesh.adjacency()
-    rng = np.random.default_rng(1)
-    X = np.column_stack([np.sin(mesh.vertices @ rng.standard_normal(3) / 20) for _ in range(5)])
-    X += 0.2 * rng.standard_normal(X.shape)
+    X, A = _smooth_on_sphere(5, 0.2, seed=1)
     fine = split_connected(MeshWard(40, connectivity=A).fit(X).labels_ + 1, A, min_size=1) - 1
     means = np.array([X[fine == c].mean(0) for c in range(fine.max() + 1)])
     ref = AgglomerativeClustering(9, linkage="ward", connectivity=A).fit(means[fine]).labels_

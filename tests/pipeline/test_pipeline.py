@@ -17,6 +17,17 @@ from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.surface import two_hemisphere_mesh
 
 
+def _adjacency(study, kept=None):
+    """The study's two-hemisphere mesh adjacency (CSR), of the kept vertices if given."""
+    from lsd_dask.surface import mesh_adjacency
+
+    m = study.meshes
+    A = mesh_adjacency(
+        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
+    )
+    return A if kept is None else A[kept][:, kept].tocsr()
+
+
 def _config(folder, **over):
     over.setdefault("svd", {"method": "randomized", "rank": 20})
     return load_config(
@@ -237,17 +248,13 @@ def test_feature_smoothing_recomputes_clusters_only_and_follows_the_parcels(
 def test_mesh_constrained_ward_method_gives_connected_parcels(tmp_path, study):
     from scipy.sparse.csgraph import connected_components
 
-    from lsd_dask.surface import mesh_adjacency
 
     write_study(study, tmp_path, fmt="gifti")
     cfg = _config(tmp_path, ks=[10], methods=["ward", "spherical_kmeans"])
     report = run_pipeline(cfg, log=lambda s: None)
     rows = {r["method"]: r for r in report["scores"]}
     assert rows["ward"]["dice"] > rows["ward"]["null_dice_mean"]
-    m = study.meshes
-    A = mesh_adjacency(
-        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
-    )
+    A = _adjacency(study)
     for split in ("split1", "split2"):
         lab = np.load(cfg.output / "work" / "labels" / f"{split}_ward_K10.npy")
         assert sorted(set(np.unique(lab)) - {0}) == list(range(1, 11))
@@ -259,7 +266,6 @@ def test_mesh_constrained_ward_method_gives_connected_parcels(tmp_path, study):
 def test_contiguous_option_writes_connected_parcels_and_says_how_many(tmp_path, study):
     from scipy.sparse.csgraph import connected_components
 
-    from lsd_dask.surface import mesh_adjacency
 
     write_study(study, tmp_path, fmt="gifti")
     plain = run_pipeline(_config(tmp_path, ks=[10], methods=["directional"]), log=lambda s: None)
@@ -268,10 +274,7 @@ def test_contiguous_option_writes_connected_parcels_and_says_how_many(tmp_path, 
     cfg = _config(tmp_path, ks=[10], methods=["directional"], contiguous=True)
     report = run_pipeline(cfg, log=logs.append)
     assert any("recomputing (changed: contiguous.on false -> true)" in line for line in logs)
-    m = study.meshes
-    A = mesh_adjacency(
-        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
-    )
+    A = _adjacency(study)
     row = report["scores"][0]
     for i, split in enumerate(("split1", "split2")):
         lab = np.load(cfg.output / "work" / "labels" / f"{split}_directional_K10.npy")
@@ -286,13 +289,9 @@ def test_contiguous_option_writes_connected_parcels_and_says_how_many(tmp_path, 
 def test_spatial_weight_reaches_the_potts_methods(tmp_path, study, method):
     import scipy.sparse as sp
 
-    from lsd_dask.surface import mesh_adjacency
 
     write_study(study, tmp_path, fmt="gifti")
-    m = study.meshes
-    A = mesh_adjacency(
-        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
-    )
+    A = _adjacency(study)
     E = sp.triu(sp.coo_matrix(A), k=1)
     cuts = {}
     for w in (0.0, 0.5):
@@ -312,7 +311,7 @@ def test_spatial_weight_reaches_the_potts_methods(tmp_path, study, method):
 def test_method_variants_run_side_by_side(tmp_path, study):
     from lsd_dask.cluster import DirectionalClustering
     from lsd_dask.similarity import unit_rows
-    from lsd_dask.surface import mesh_adjacency, smooth_on_mesh, smoothing_steps
+    from lsd_dask.surface import smooth_on_mesh, smoothing_steps
 
     write_study(study, tmp_path, fmt="gifti")
     spatial = {
@@ -335,9 +334,7 @@ def test_method_variants_run_side_by_side(tmp_path, study):
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
     m = study.meshes
-    A = mesh_adjacency(
-        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
-    )[kept][:, kept].tocsr()
+    A = _adjacency(study, kept)
     V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
     # the default features: unit rows of U·Σ
     F = unit_rows(np.load(work / "split1_U.npy") * np.load(work / "split1_s.npy"))
@@ -353,7 +350,6 @@ def test_method_variants_run_side_by_side(tmp_path, study):
 def test_oversegment_merges_a_finer_fit_with_ward_on_the_mesh(tmp_path, study):
     from lsd_dask.cluster import SphericalKMeans, WardMerge
     from lsd_dask.similarity import unit_rows
-    from lsd_dask.surface import mesh_adjacency
 
     write_study(study, tmp_path, fmt="gifti")
     merged = {"name": "skm_merged", "method": "spherical_kmeans", "oversegment": 3}
@@ -363,10 +359,7 @@ def test_oversegment_merges_a_finer_fit_with_ward_on_the_mesh(tmp_path, study):
     assert report["config"]["methods"][1]["oversegment"] == 3.0
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
-    m = study.meshes
-    A = mesh_adjacency(
-        [m["left"].faces, m["right"].faces], [m["left"].n_vertices, m["right"].n_vertices]
-    )[kept][:, kept].tocsr()
+    A = _adjacency(study, kept)
     F = unit_rows(np.load(work / "split1_U.npy") * np.load(work / "split1_s.npy"))
     ref = WardMerge(SphericalKMeans(), 8, oversegment=3, connectivity=A, random_state=0).fit(F)
     assert ref.estimator_.n_clusters == 24
