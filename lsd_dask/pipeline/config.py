@@ -301,12 +301,14 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     _check_keys(raw, _TOP_KEYS, where)
     svd = SvdSettings.from_mapping(_mapping(raw.get("svd"), "svd"), where)
     spatial = {
-        "feature_smoothing_mm": _nonnegative(
+        "feature_smoothing_mm": _at_least(
             raw.get("feature_smoothing_mm", 0.0), "feature_smoothing_mm"
         ),
-        "spatial_weight": _nonnegative(raw.get("spatial_weight", 0.0), "spatial_weight"),
+        "spatial_weight": _at_least(raw.get("spatial_weight", 0.0), "spatial_weight"),
         "contiguous": _bool(raw.get("contiguous", False), "contiguous"),
-        "oversegment": _at_least_one(raw.get("oversegment", 1.0), "oversegment"),
+        "oversegment": _at_least(
+            raw.get("oversegment", 1.0), "oversegment", 1, " (1: no merge)"
+        ),
         "features": raw.get("features"),
     }
     if spatial["features"] not in (None, "us", "u"):
@@ -368,21 +370,12 @@ def _bool(v: Any, key: str) -> bool:
     return v
 
 
-def _nonnegative(v: Any, key: str) -> float:
-    """A number >= 0 (not a bool or a word)."""
+def _at_least(v: Any, key: str, low: float = 0.0, note: str = "") -> float:
+    """A number >= ``low`` (not a bool or a word); ``note`` follows the bound in the error."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise ValueError(f"{key}: {v!r} is not a number.")
-    if not v >= 0:
-        raise ValueError(f"{key}: must be >= 0, got {v!r}.")
-    return float(v)
-
-
-def _at_least_one(v: Any, key: str) -> float:
-    """A number >= 1 (not a bool or a word)."""
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"{key}: {v!r} is not a number.")
-    if not v >= 1:
-        raise ValueError(f"{key}: must be >= 1 (1: no merge), got {v!r}.")
+    if not v >= low:
+        raise ValueError(f"{key}: must be >= {low:g}{note}, got {v!r}.")
     return float(v)
 
 

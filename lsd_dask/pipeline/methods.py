@@ -176,15 +176,11 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
                 f"methods[{i}]: name {name!r}: use letters, digits and '_' only (it names files)."
             )
         settings = {**defaults, **{k: v for k, v in entry.items() if k in defaults}}
-        for key in ("feature_smoothing_mm", "spatial_weight"):
+        for key, low in _LOWEST.items():
             v = settings[key]
-            if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)):
-                raise ValueError(f"methods[{i}].{key}: a number >= 0, got {v!r}.")
-            if v < 0:
-                raise ValueError(f"methods[{i}].{key}: a number >= 0, got {v!r}.")
-        v = settings["oversegment"]
-        if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 1:
-            raise ValueError(f"methods[{i}].oversegment: a number >= 1 (1: no merge), got {v!r}.")
+            number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            if not number or v < low:
+                raise ValueError(f"methods[{i}].{key}: a number >= {low}, got {v!r}.")
         if not isinstance(settings["contiguous"], bool):
             raise ValueError(f"methods[{i}].contiguous: true or false.")
         features = settings.get("features") or METHODS[method].features
@@ -215,6 +211,8 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
     return specs
 
 
+#: the numeric settings of a variant and their least values (oversegment 1: no merge)
+_LOWEST = {"feature_smoothing_mm": 0, "spatial_weight": 0, "oversegment": 1}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]{0,63}$")
 _VARIANT_KEYS = {
     "name",
