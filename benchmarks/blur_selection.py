@@ -67,23 +67,28 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=100, help="Least rank; max(rank, K) is used.")
     ap.add_argument("--scale", type=int, default=400)
     ap.add_argument("--snr", type=float, default=0.5)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="The fits' seeds.")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     data = realistic_data(args) if args.data == "realistic" else real_data(args)
     print(data["title"])
-    print("| criterion | K | split | " + " | ".join(f"{h:g} mm" for h in GRID_MM) + " | chosen |")
-    print("|---|---|---|" + "---|" * (len(GRID_MM) + 1))
+    print(
+        "| criterion | K | split | seed | "
+        + " | ".join(f"{h:g} mm" for h in GRID_MM)
+        + " | chosen |"
+    )
+    print("|---|---|---|---|" + "---|" * (len(GRID_MM) + 1))
     for k in args.ks:
         rank = max(args.rank, k)
         for split, X in data["columns"].items():
             Xa, Xb = halves(X)
-            for crit in args.criterion:
+            for crit, seed in ((c, s) for c in args.criterion for s in args.seeds):
                 unit = crit == "homogeneity"
                 Fa, Fb = (_features(x, rank, unit) for x in (Xa, Xb))
-                errs = [_error(crit, Fa, Fb, h, k, data, unit) for h in GRID_MM]
+                errs = [_error(crit, Fa, Fb, h, k, data, unit, seed) for h in GRID_MM]
                 best = GRID_MM[int(np.argmin(errs))]
                 cells = " | ".join(f"{e:.5g}" for e in errs)
-                print(f"| {crit} | {k} | {split} | {cells} | {best:g} mm |", flush=True)
+                print(f"| {crit} | {k} | {split} | {seed} | {cells} | {best:g} mm |", flush=True)
 
 
 def _features(X: np.ndarray, rank: int, unit: bool) -> np.ndarray:
@@ -106,7 +111,9 @@ def _blur(F: np.ndarray, mm: float, data: dict, unit: bool) -> np.ndarray:
     return smooth_on_mesh(F, data["A"], n_iter=smoothing_steps(data["V"], data["A"], mm))
 
 
-def _error(crit: str, Fa: np.ndarray, Fb: np.ndarray, mm: float, k: int, data: dict, unit: bool):
+def _error(
+    crit: str, Fa: np.ndarray, Fb: np.ndarray, mm: float, k: int, data: dict, unit: bool, seed: int
+) -> float:
     """The criterion both ways (a predicts b, b predicts a), averaged."""
     if crit == "correlation":
         return 0.5 * (
@@ -115,7 +122,9 @@ def _error(crit: str, Fa: np.ndarray, Fb: np.ndarray, mm: float, k: int, data: d
         )
 
     def fit(F: np.ndarray) -> np.ndarray:
-        est = cluster.SphericalKMeans(k, spatial_weight=2, connectivity=data["A"], random_state=0)
+        est = cluster.SphericalKMeans(
+            k, spatial_weight=2, connectivity=data["A"], random_state=seed
+        )
         return est.fit(_blur(F, mm, data, unit)).labels_
 
     return 0.5 * (within_sum_of_squares(Fb, fit(Fa)) + within_sum_of_squares(Fa, fit(Fb)))

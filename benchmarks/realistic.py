@@ -129,18 +129,20 @@ def fit(
 def realistic_data(args: argparse.Namespace) -> dict[str, Any]:
     from lsd_dask.datasets import realistic_study
 
-    study = realistic_study(scale=args.scale, snr=args.snr, random_state=0)
+    atlas = getattr(args, "atlas", "vosdewael")
+    study = realistic_study(atlas=atlas, scale=args.scale, snr=args.snr, random_state=0)
     combined, _ = combine_meshes(study.meshes)
     cols = {s: _split_matrix(study, s) for s in study.splits}
     return {
         "title": (
-            f"realistic study: conte69, vosdewael_{args.scale} truth, 3+3 subjects x "
+            f"realistic study: conte69, {atlas}_{args.scale} truth, 3+3 subjects x "
             f"{study.n_timepoints} TRs, SNR {args.snr}, {int(study.cortex.sum())} vertices"
         ),
         "A": combined.adjacency()[study.cortex][:, study.cortex].tocsr(),
         "V": combined.vertices[study.cortex],
         "truth": study.labels[study.cortex],
         "columns": cols,
+        "widths": {s: [study.n_timepoints] * len(study.splits[s]) for s in study.splits},
     }
 
 
@@ -165,6 +167,7 @@ def real_data(args: argparse.Namespace) -> dict[str, Any]:
         "V": combined.vertices[keep],
         "truth": None,
         "columns": {s: _zscore(h[keep]) for s, h in halves.items()},
+        "widths": {s: [half] for s in halves},
     }
 
 
@@ -174,7 +177,13 @@ def main() -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=None)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    ap.add_argument("--scale", type=int, default=400, help="Vos de Wael parcels (the truth).")
+    ap.add_argument("--scale", type=int, default=400, help="Parcels of the atlas (the truth).")
+    ap.add_argument(
+        "--atlas",
+        choices=("vosdewael", "schaefer"),
+        default="vosdewael",
+        help="The truth: Vos de Wael (tuned on) or Schaefer (kept for independent checks).",
+    )
     ap.add_argument("--rank", type=int, default=100, help="Least rank; max(rank, K) is used.")
     ap.add_argument("--snr", type=float, default=0.5)
     ap.add_argument(
@@ -191,11 +200,16 @@ def main() -> None:
     )
     ap.add_argument(
         "--smooth-mm",
-        type=float,
         nargs="+",
         default=[],
         help="Also fit every method on features blurred along the mesh by this FWHM (mm); "
-        "rows '<method>+smooth<mm>' (the pipeline's feature_smoothing_mm).",
+        "rows '<method>+smooth<mm>' (the pipeline's feature_smoothing_mm). 'auto': the blur "
+        "each split's halves choose at the smallest K (lsd_dask.selection).",
+    )
+    ap.add_argument(
+        "--only-smoothed",
+        action="store_true",
+        help="Fit only the --smooth-mm variants (and ward, which is never blurred).",
     )
     args = ap.parse_args()
     # capped runs (spherical k-means' 100 iterations) are part of what is measured
@@ -210,16 +224,30 @@ def main() -> None:
     print(f"NMI and ARI against {against}; mean ± sd over splits and seeds {args.seeds}")
     print("| K | rank | method | NMI | ARI | Dice | regions (split 1/2) | s per fit |")
     print("|---|---|---|---|---|---|---|---|")
+    data["k_auto"] = min(ks)
+    auto = (
+        {}
+        if "auto" not in args.smooth_mm
+        else {s: _auto_blur(data, s, max(args.rank, min(ks))) for s in data["columns"]}
+    )
     for k in ks:
         rank = max(args.rank, k)
         base = {s: _svd_rows(X, rank, 0, args.features) for s, X in data["columns"].items()}
         variants = [("", base)] + [
-            (f"+smooth{mm:g}", {s: _smoothed(F, data, mm) for s, F in base.items()})
+            (
+                f"+smooth{mm}",
+                {
+                    s: _smoothed(F, data, auto[s] if mm == "auto" else float(mm))
+                    for s, F in base.items()
+                },
+            )
             for mm in args.smooth_mm
         ]
         for (suffix, feats), method in itertools.product(variants, args.methods):
             if suffix and method == "ward_mesh":
                 continue  # ward already follows the mesh
+            if not suffix and args.only_smoothed and method != "ward_mesh":
+                continue
             rows: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
             secs = []
             seeds = args.seeds[:1] if method in DETERMINISTIC else args.seeds
@@ -265,8 +293,24 @@ def _row(
     )
 
 
+def _auto_blur(data: dict[str, Any], split: str, rank: int) -> float:
+    """The blur a split's two halves choose at the smallest K (the pipeline's
+    ``feature_smoothing_mm: auto``); prints the choice."""
+    from lsd_dask.selection import choose_feature_blur, half_columns
+
+    X = data["columns"][split]
+    halves = [X[:, cols] for cols in half_columns(data["widths"][split])]
+    Fa, Fb = (_svd_rows(h, min(rank, h.shape[1]), 0) for h in halves)
+    k = data["k_auto"]
+    choice = choose_feature_blur(Fa, Fb, data["V"], data["A"], k, random_state=0)
+    print(f"{split}: feature_smoothing_mm auto at K={k}: {choice.to_dict()}", flush=True)
+    return choice.fwhm_mm
+
+
 def _smoothed(F: np.ndarray, data: dict[str, Any], mm: float) -> np.ndarray:
     """Unit-row features blurred along the mesh by ``mm`` FWHM, unit rows again."""
+    if not mm:
+        return F
     steps = smoothing_steps(data["V"], data["A"], mm)
     G = smooth_on_mesh(F, data["A"], n_iter=steps)
     return G / np.linalg.norm(G, axis=1, keepdims=True)

@@ -31,7 +31,7 @@ import os
 import platform
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,11 +102,13 @@ class ColumnBlocks:
 
     arrays: tuple[Any, ...]
     rows: np.ndarray | None = None
+    #: the columns read of each array, ``(start, stop)``; None reads all of each
+    spans: tuple[tuple[int, int], ...] | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
         n = self.arrays[0].shape[0] if self.rows is None else self.rows.size
-        return (int(n), int(sum(a.shape[1] for a in self.arrays)))
+        return (int(n), int(sum(b - a for a, b in self._spans)))
 
     @property
     def dtype(self) -> np.dtype:
@@ -119,7 +121,16 @@ class ColumnBlocks:
     @property
     def chunks(self) -> tuple[int, int]:
         """Rows of one stored chunk, and the longest subject (one column chunk each)."""
-        return (int(self.arrays[0].chunks[0]), int(max(a.shape[1] for a in self.arrays)))
+        return (int(self.arrays[0].chunks[0]), int(max(b - a for a, b in self._spans)))
+
+    def halves(self) -> tuple[ColumnBlocks, ColumnBlocks]:
+        """The first and the second half of every subject's time points (the columns of
+        :func:`lsd_dask.selection.half_columns`), each a source of its own."""
+        mid = [(a, a + (b - a) // 2, b) for a, b in self._spans]
+        return (
+            replace(self, spans=tuple((a, m) for a, m, _ in mid)),
+            replace(self, spans=tuple((m, b) for _, m, b in mid)),
+        )
 
     def read_columns(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
         """Columns ``start:stop`` (all read rows) into ``out`` (n_rows × (stop − start), the
@@ -128,12 +139,12 @@ class ColumnBlocks:
 
         nd = default_buffer_prototype().nd_buffer
         c0 = 0
-        for a in self.arrays:
-            c1 = c0 + a.shape[1]
+        for a, (s0, s1) in zip(self.arrays, self._spans, strict=True):
+            c1 = c0 + s1 - s0
             lo, hi = max(start, c0), min(stop, c1)
             if lo < hi:
                 dst = nd.from_numpy_array(out[:, lo - start : hi - start])
-                cols = slice(lo - c0, hi - c0)
+                cols = slice(s0 + lo - c0, s0 + hi - c0)
                 if self.rows is None:
                     a.get_basic_selection((slice(None), cols), out=dst)
                 else:  # zarr copies the kept rows out of each decoded chunk
@@ -141,9 +152,13 @@ class ColumnBlocks:
             c0 = c1
         return out
 
+    @property
+    def _spans(self) -> tuple[tuple[int, int], ...]:
+        return self.spans or tuple((0, int(a.shape[1])) for a in self.arrays)
+
     def to_dask(self) -> da.Array:
         """The same data as a lazy dask array (one task per stored chunk)."""
-        return _lazy(self.arrays, self.rows)
+        return _lazy(self.arrays, self.rows, self.spans)
 
 
 @dataclass(frozen=True)
@@ -414,8 +429,15 @@ def _read_rows(attrs: dict[str, Any]) -> np.ndarray | None:
     return None if mask.all() else np.flatnonzero(mask)
 
 
-def _lazy(arrays: list[Any] | tuple[Any, ...], rows: np.ndarray | None) -> da.Array:
-    data = da.concatenate([da.from_zarr(a) for a in arrays], axis=1)
+def _lazy(
+    arrays: list[Any] | tuple[Any, ...],
+    rows: np.ndarray | None,
+    spans: tuple[tuple[int, int], ...] | None = None,
+) -> da.Array:
+    blocks = [da.from_zarr(a) for a in arrays]
+    if spans is not None:
+        blocks = [b[:, s0:s1] for b, (s0, s1) in zip(blocks, spans, strict=True)]
+    data = da.concatenate(blocks, axis=1)
     return data if rows is None else data[rows]
 
 

@@ -21,7 +21,8 @@ A pipeline YAML looks like::
     min_region_size: 20
     features: null                 # each method's own (see pipeline/methods.py), or
                                    # us: rows of U·Σ, u: rows of U (the paper's), for all
-    feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first
+    feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first;
+                                   # auto: each split's two halves choose it (pipeline/blur.py)
     contiguous: false              # true: connected parcels, fragments merged (see run.py)
     spatial_weight: 0              # directional, spherical_kmeans: Potts penalty per cut edge
     oversegment: 1                 # > 1: fit oversegment × K clusters, then merge neighbours
@@ -142,8 +143,9 @@ class PipelineConfig:
     #: U ("u"); None: each method's own default (:data:`~lsd_dask.pipeline.methods.METHODS`)
     features: str | None = None
     #: blur of the SVD features along the mesh before clustering (FWHM, mm; 0: none), for
-    #: spatially coherent parcels
-    feature_smoothing_mm: float = 0.0
+    #: spatially coherent parcels; "auto": chosen by each split's data
+    #: (:mod:`lsd_dask.pipeline.blur`)
+    feature_smoothing_mm: float | str = 0.0
     #: split every cluster into connected parcels and merge fragments under
     #: ``min_region_size`` into their most similar neighbour (the labels written)
     contiguous: bool = False
@@ -301,8 +303,12 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     _check_keys(raw, _TOP_KEYS, where)
     svd = SvdSettings.from_mapping(_mapping(raw.get("svd"), "svd"), where)
     spatial = {
-        "feature_smoothing_mm": _at_least(
-            raw.get("feature_smoothing_mm", 0.0), "feature_smoothing_mm"
+        "feature_smoothing_mm": (
+            "auto"
+            if raw.get("feature_smoothing_mm") == "auto"
+            else _at_least(
+                raw.get("feature_smoothing_mm", 0.0), "feature_smoothing_mm", note=" or 'auto'"
+            )
         ),
         "spatial_weight": _at_least(raw.get("spatial_weight", 0.0), "spatial_weight"),
         "contiguous": _bool(raw.get("contiguous", False), "contiguous"),

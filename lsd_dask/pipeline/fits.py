@@ -30,7 +30,7 @@ from ..similarity import unit_rows
 from ..surface import contiguous_parcels, smooth_on_mesh, smoothing_steps
 from ._log import Log, bar
 from .config import PipelineConfig
-from .methods import MethodSpec, build_estimator
+from .methods import AUTO, MethodSpec, build_estimator
 from .workdir import WorkDir
 
 __all__ = ["stage_cluster", "IN_MEMORY_FEATURES_BYTES", "FIT_TASK_MEMORY_FACTOR"]
@@ -51,21 +51,26 @@ def stage_cluster(
     wd: WorkDir,
     log: Log,
     mesh: tuple[np.ndarray, sp.csr_matrix] | None = None,
+    blur: dict[str, float] | None = None,
 ) -> None:
     """Fit every (split, method, K) whose labels are not current, and save the labels.
 
     Parameters
     ----------
     mesh : (vertex coordinates, adjacency) of the kept vertices, when a method needs it
+    blur : split -> the blur (FWHM, mm) its data chose, for ``feature_smoothing_mm: auto``
     """
     # by split, then by features and their smoothing: each split's features are loaded (and
     # blurred) once per kind and smoothing width
-    jobs = [
-        _job(cfg, split, spec, k, wd, mesh)
-        for split in splits
-        for spec in sorted(cfg.methods, key=lambda m: (m.features, m.feature_smoothing_mm))
-        for k in cfg.ks
-    ]
+    jobs = sorted(
+        (
+            _job(cfg, split, spec, k, wd, mesh, (blur or {}).get(split))
+            for split in splits
+            for spec in cfg.methods
+            for k in cfg.ks
+        ),
+        key=lambda j: (splits.index(j.split), j.spec.features, j.fwhm_mm),
+    )
     todo = []
     for j in jobs:
         if wd.is_current(j.stage, j.key, [j.path]):
@@ -101,6 +106,7 @@ class _Job:
     key: dict[str, Any]
     path: str
     stage: str
+    fwhm_mm: float
     steps: int
 
     @property
@@ -119,11 +125,15 @@ def _job(
     k: int,
     wd: WorkDir,
     mesh: tuple[np.ndarray, sp.csr_matrix] | None,
+    chosen: float | None = None,
 ) -> _Job:
     A = None if mesh is None else mesh[1]
-    steps = 0
-    if spec.feature_smoothing_mm > 0:
-        steps = smoothing_steps(mesh[0], A, spec.feature_smoothing_mm)
+    fwhm = spec.feature_smoothing_mm
+    if fwhm == AUTO:
+        if chosen is None:
+            raise ValueError(f"{split}: no blur was chosen for {spec.name}'s auto smoothing.")
+        fwhm = chosen
+    steps = smoothing_steps(mesh[0], A, fwhm) if fwhm > 0 else 0
     est = build_estimator(spec, k, cfg.random_state, A)
     params = {  # deep: a wrapped estimator's own parameters, not its repr
         p: {"sparse": list(v.shape), "nnz": int(v.nnz)} if sp.issparse(v) else v
@@ -136,12 +146,14 @@ def _job(
         "k": k,
         "params": params,
         "features": spec.features,
-        "feature_smoothing": {"fwhm_mm": spec.feature_smoothing_mm, "steps": steps},
+        "feature_smoothing": {
+            "fwhm_mm": fwhm, "steps": steps, "auto": spec.feature_smoothing_mm == AUTO,
+        },  # fmt: skip
         "contiguous": {"on": spec.contiguous, "min_size": cfg.min_region_size},
         "lsd_dask": __version__,
     }
     stage = f"cluster/{split}/{spec.name}/K{k}"
-    return _Job(split, spec, k, est, key, wd.labels(split, spec.name, k), stage, steps)
+    return _Job(split, spec, k, est, key, wd.labels(split, spec.name, k), stage, fwhm, steps)
 
 
 def _fit(
@@ -231,7 +243,8 @@ def _log_blur(j: _Job, log: Log) -> None:
     if j.steps:
         log(
             f"[cluster] {j.split} features blurred along the mesh: FWHM "
-            f"{j.spec.feature_smoothing_mm:g} mm ({j.steps} averaging steps)"
+            f"{j.fwhm_mm:g} mm ({j.steps} averaging steps"
+            f"{', chosen by the data' if j.spec.feature_smoothing_mm == AUTO else ''})"
         )
 
 

@@ -90,8 +90,9 @@ class MethodSpec:
         Names the label files and the report's rows (the method's name by default).
     method : str
         A key of :data:`METHODS`.
-    feature_smoothing_mm : float
-        Blur of the SVD features along the mesh before clustering (FWHM, mm; 0: none).
+    feature_smoothing_mm : float or "auto"
+        Blur of the SVD features along the mesh before clustering (FWHM, mm; 0: none);
+        ``"auto"``: each split's data choose it (:mod:`lsd_dask.pipeline.blur`).
     spatial_weight : float
         Potts penalty per cut mesh edge (methods with ``potts`` only).
     contiguous : bool
@@ -106,7 +107,7 @@ class MethodSpec:
 
     name: str
     method: str
-    feature_smoothing_mm: float = 0.0
+    feature_smoothing_mm: float | str = 0.0
     spatial_weight: float = 0.0
     contiguous: bool = False
     features: str = "us"
@@ -116,6 +117,7 @@ class MethodSpec:
     def needs_mesh(self) -> bool:
         return (
             METHODS[self.method].needs_mesh
+            or self.feature_smoothing_mm == AUTO
             or self.feature_smoothing_mm > 0
             or self.contiguous
             or self.oversegment > 1
@@ -178,9 +180,12 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
         settings = {**defaults, **{k: v for k, v in entry.items() if k in defaults}}
         for key, low in _LOWEST.items():
             v = settings[key]
+            if key == "feature_smoothing_mm" and v == AUTO:
+                continue
             number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
             if not number or v < low:
-                raise ValueError(f"methods[{i}].{key}: a number >= {low}, got {v!r}.")
+                also = " or 'auto'" if key == "feature_smoothing_mm" else ""
+                raise ValueError(f"methods[{i}].{key}: a number >= {low}{also}, got {v!r}.")
         if not isinstance(settings["contiguous"], bool):
             raise ValueError(f"methods[{i}].contiguous: true or false.")
         features = settings.get("features") or METHODS[method].features
@@ -197,7 +202,7 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
             MethodSpec(
                 name=name,
                 method=method,
-                feature_smoothing_mm=float(settings["feature_smoothing_mm"]),
+                feature_smoothing_mm=_blur(settings["feature_smoothing_mm"]),
                 spatial_weight=float(settings["spatial_weight"]),
                 contiguous=settings["contiguous"],
                 features=features,
@@ -211,6 +216,12 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
     return specs
 
 
+def _blur(v: float | str) -> float | str:
+    return AUTO if v == AUTO else float(v)
+
+
+#: the value of ``feature_smoothing_mm`` that lets each split's data choose the blur
+AUTO = "auto"
 #: the numeric settings of a variant and their least values (oversegment 1: no merge)
 _LOWEST = {"feature_smoothing_mm": 0, "spatial_weight": 0, "oversegment": 1}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]{0,63}$")

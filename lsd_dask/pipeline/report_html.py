@@ -36,7 +36,10 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
     ]
     for key, text in report.get("scores_explained", {}).items():
         parts.append(f"<dt><b>{e(key)}</b></dt><dd>{e(text)}</dd>")
-    parts.append("</dl><h2>Figures</h2>")
+    parts.append("</dl>")
+    if report.get("feature_blur"):
+        parts.append(_blur_table(report["feature_blur"]))
+    parts.append("<h2>Figures</h2>")
     for fig in figures:
         data = base64.b64encode(Path(fig).read_bytes()).decode("ascii")
         parts.append(
@@ -55,6 +58,31 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
         "</body></html>",
     ]
     return atomic_write_text(path, "\n".join(parts))
+
+
+def _blur_table(blur: dict[str, dict[str, Any]]) -> str:
+    """The blur each split chose (``feature_smoothing_mm: auto``): every blur's held-out
+    error, ± its standard error against the best."""
+    e = html.escape
+    rows = ["<h2>Feature blur chosen by the data</h2><table><tr><th>split</th><th>K</th>"]
+    grid = next(iter(blur.values()))["grid_mm"]
+    rows.append("".join(f"<th>{g:g} mm</th>" for g in grid) + "<th>chosen</th></tr>")
+    for split, c in blur.items():
+        cells = "".join(
+            f"<td>{m:.4f} ± {se:.4f}</td>"
+            for m, se in zip(c["mean_error"], c["standard_error"], strict=True)
+        )
+        rows.append(
+            f"<tr><td class='l'>{e(split)}</td><td>{c['k']}</td>{cells}"
+            f"<td>{c['fwhm_mm']:g} mm</td></tr>"
+        )
+    rows.append(
+        "</table><p>Held-out within-parcel sum of squares per vertex (lower is better): "
+        "parcels of one half of the split's time points, blurred, scored on the other half; "
+        f"the least blur within {100 * next(iter(blur.values()))['rtol']:g} % (or one "
+        "standard error) of the best is chosen.</p>"
+    )
+    return "".join(rows)
 
 
 def _score_table(rows: list[dict[str, Any]]) -> str:

@@ -58,10 +58,11 @@ from ..surface import (
     smoothing_steps,
 )
 from ._log import Log
+from .blur import stage_blur
 from .config import PipelineConfig
 from .fits import stage_cluster
 from .ingest import stage_mask_and_ingest, subject_t_r_of
-from .methods import MethodSpec
+from .methods import AUTO, MethodSpec
 from .preprocess import read_confounds
 from .report_html import write_report_html
 from .scores import explain_scores, score_pair
@@ -104,8 +105,12 @@ def run_pipeline(
 
     t0 = time.perf_counter()
     mesh = _kept_mesh(meshes, sizes, kept) if any(m.needs_mesh for m in cfg.methods) else None
-    stage_cluster(cfg, list(splits), kept, wd, log, mesh)
-    timings["cluster"] = time.perf_counter() - t0
+    blur = stage_blur(cfg, list(splits), wd, log, mesh)
+    if blur:
+        timings["blur"] = time.perf_counter() - t0
+    chosen = {split: float(c["fwhm_mm"]) for split, c in blur.items()}
+    stage_cluster(cfg, list(splits), kept, wd, log, mesh, chosen)
+    timings["cluster"] = time.perf_counter() - t0 - timings.get("blur", 0.0)
 
     t0 = time.perf_counter()
     A = mesh_adjacency([m.faces for m in meshes.values()], sizes)
@@ -120,7 +125,9 @@ def run_pipeline(
 
     t0 = time.perf_counter()
     log(f"[outputs] label files, figures and the report into {out}")
-    files = _write_outputs(cfg, list(splits), meshes, sizes, scores, wd, out, A, command)
+    files = _write_outputs(
+        cfg, list(splits), meshes, sizes, scores, wd, out, A, command, chosen
+    )
     timings["outputs"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     report = {
@@ -132,6 +139,7 @@ def run_pipeline(
         "versions": _versions(),
         "mask": mask_info,
         "svd": svd_info,
+        **({"feature_blur": blur} if blur else {}),
         "fingerprints": wd.fingerprints(),
         "scores": scores,
         "scores_explained": explain_scores(
@@ -428,9 +436,12 @@ def _write_outputs(
     out: Path,
     A: Any,
     command: str | None = None,
+    chosen: dict[str, float] | None = None,
 ) -> list[Path]:
     """The derivatives folder: BIDS-named ``_dseg`` files per split, method and K (see
-    :mod:`lsd_dask.io.bids`), their look-up tables and sidecars, and the figures."""
+    :mod:`lsd_dask.io.bids`), their look-up tables and sidecars, and the figures
+    (``chosen``: each split's blur, for ``feature_smoothing_mm: auto``)."""
+    chosen = chosen or {}
     from ..plotting import match_labels, parcel_colours, plot_dice_vs_k, plot_parcellations
 
     files = [
@@ -479,7 +490,9 @@ def _write_outputs(
                         lookup_table(colours, ids=present),
                     )
                 )
-                sidecar = _sidecar(cfg, spec, k, split, splits, lab, rows.get((spec.name, k)))
+                sidecar = _sidecar(
+                    cfg, spec, k, split, splits, lab, rows.get((spec.name, k)), chosen.get(split)
+                )
                 files.append(
                     atomic_write_text(
                         label_dir / bids_name(ent, "dseg", ".json"), json.dumps(sidecar, indent=2)
@@ -514,8 +527,10 @@ def _sidecar(
     splits: list[str],
     labels: np.ndarray,
     score: dict[str, Any] | None,
+    chosen_blur: float | None = None,
 ) -> dict[str, Any]:
-    """What a ``_dseg.json`` says of one parcellation: how it was made and how it scored."""
+    """What a ``_dseg.json`` says of one parcellation: how it was made and how it scored
+    (``chosen_blur``: the split's blur, for ``feature_smoothing_mm: auto``)."""
     parcels = np.unique(labels[labels > 0])
     out: dict[str, Any] = {
         "Description": (
@@ -530,7 +545,10 @@ def _sidecar(
         "Subjects": cfg.resolved_splits()[split],
         "Features": "unit rows of U·Σ" if spec.features == "us" else "unit rows of U",
         "SVD": asdict(cfg.svd),
-        "FeatureSmoothingFWHM": spec.feature_smoothing_mm,
+        "FeatureSmoothingFWHM": (
+            chosen_blur if spec.feature_smoothing_mm == AUTO else spec.feature_smoothing_mm
+        ),
+        "FeatureSmoothingChosenByData": spec.feature_smoothing_mm == AUTO,
         "SpatialWeight": spec.spatial_weight,
         "Oversegment": spec.oversegment,
         "Contiguous": spec.contiguous,

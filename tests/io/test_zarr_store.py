@@ -168,6 +168,32 @@ def test_subjects_written_by_tasks_then_masked_at_read(tmp_path):
     np.testing.assert_array_equal(blocks.to_dask().compute(), X)
 
 
+def test_halves_read_each_subjects_first_and_second_half(tmp_path):
+    """The two halves of every subject's time points, as lsd_dask.selection.half_columns
+    indexes them, read with rows masked and subjects of unequal length."""
+    from lsd_dask.io import build_split
+    from lsd_dask.selection import half_columns
+
+    rng = np.random.default_rng(2)
+    ts = [7, 4, 9]
+    xs = [rng.standard_normal((30, t)).astype(np.float32) for t in ts]
+    mask = rng.random(30) > 0.3
+    with build_split(tmp_path / "s.zarr", n_rows=30, vertex_chunk=8) as w:
+        for j, x in enumerate(xs):
+            w.write(j, f"s{j}", x)
+        w.finish(["s0", "s1", "s2"], ts, vertex_mask=mask, rows="surface")
+    X = np.concatenate(xs, axis=1)[mask]
+    widths = ([t // 2 for t in ts], [t - t // 2 for t in ts])
+    halves = open_split(tmp_path / "s.zarr").column_blocks.halves()
+    for half, cols, w in zip(halves, half_columns(ts), widths, strict=True):
+        want = X[:, cols]
+        assert half.shape == want.shape and half.chunks == (8, max(w))
+        for a, b in [(0, want.shape[1]), (2, 6), (3, 4)]:
+            out = np.full((X.shape[0], b - a), np.nan, np.float32)
+            np.testing.assert_array_equal(half.read_columns(a, b, out), want[:, a:b])
+        np.testing.assert_array_equal(half.to_dask().compute(), want)
+
+
 def test_build_split_without_finish_keeps_nothing(tmp_path):
     from lsd_dask.io import build_split
 

@@ -47,8 +47,8 @@ def test_dice_above_null(report, k):
 
 def test_the_spatial_comparison_pipeline_is_ready_to_run(tmp_path):
     """pipelines/brainspace_spatial.yaml: ward and directional without and with its spatial
-    options (smoothing, Potts term, Ward merge), at K = 50, 100 and 200 (its run is
-    recorded in docs/benchmarks.md)."""
+    options (smoothing, Potts term, Ward merge, the blur the data choose), at K = 50, 100
+    and 200 (its run is recorded in docs/benchmarks.md)."""
     if importlib.util.find_spec("brainspace") is None:
         pytest.skip("brainspace is not installed (pip install brainspace).")
     from lsd_dask.pipeline import preflight
@@ -63,7 +63,7 @@ def test_the_spatial_comparison_pipeline_is_ready_to_run(tmp_path):
         ("directional", "directional", 0.0, 0.0, 1.0),
         ("directional_spatial", "directional", 20.0, 2.0, 1.0),
         ("directional_merged", "directional", 0.0, 2.0, 2.0),
-        ("directional_merged_smooth", "directional", 20.0, 2.0, 2.0),
+        ("directional_merged_auto", "directional", "auto", 2.0, 2.0),
     ]
     assert cfg.ks == [50, 100, 200] and cfg.svd.rank >= 200
     meshes, sizes = preflight(cfg)

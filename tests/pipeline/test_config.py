@@ -80,11 +80,26 @@ def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
         ({"features": "US"}, "features must be 'us'"),
         ({"oversegment": 0.5}, "oversegment: must be >= 1"),
         ({"methods": [{"method": "lsd", "oversegment": "2"}]}, r"methods\[0\].oversegment: a num"),
+        ({"feature_smoothing_mm": "automatic"}, "feature_smoothing_mm: 'automatic' is not a num"),
+        ({"feature_smoothing_mm": -5}, r"feature_smoothing_mm: must be >= 0 or 'auto'"),
+        (
+            {"methods": [{"method": "lsd", "feature_smoothing_mm": "Auto"}]},
+            r"methods\[0\].feature_smoothing_mm: a number >= 0 or 'auto', got 'Auto'",
+        ),
     ],
 )
 def test_bad_values_name_their_key(folder, change, message):
     with pytest.raises(ValueError, match=message):
         load_config(_write(folder, **change))
+
+
+def test_auto_feature_smoothing_at_the_top_or_per_variant(folder):
+    cfg = load_config(_write(folder, feature_smoothing_mm="auto", methods=["lsd", "ward"]))
+    assert [m.feature_smoothing_mm for m in cfg.methods] == ["auto", "auto"]
+    assert all(m.needs_mesh for m in cfg.methods)
+    variant = {"method": "lsd", "name": "lsd_fixed", "feature_smoothing_mm": 10}
+    cfg = load_config(_write(folder, feature_smoothing_mm="auto", methods=["lsd", variant]))
+    assert [m.feature_smoothing_mm for m in cfg.methods] == ["auto", 10.0]
 
 
 def test_one_file_under_two_ids(folder):

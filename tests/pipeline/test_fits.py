@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -12,12 +13,14 @@ import lsd_dask.pipeline.fits as fits_mod
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 
 # hierarchical LSD fans its splits out to an active client: inside a task it must not
-# and a Ward-merged variant (its fine fit and merge in the task, or over dask features)
+# and a Ward-merged variant (its fine fit and merge in the task, or over dask features);
+# a variant whose blur each split's halves choose (their SVDs read by the workers)
 METHODS = [
     "directional",
     "spherical_kmeans",
     "hierarchical_lsd",
     {"name": "dir_merged", "method": "directional", "spatial_weight": 1, "oversegment": 2},
+    {"name": "skm_auto", "method": "spherical_kmeans", "feature_smoothing_mm": "auto"},
 ]
 
 
@@ -60,11 +63,15 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
         run_pipeline(cfg, log=lines.append)
         workers = set(client.nthreads())
     fitted = [ln for ln in lines if re.match(r"\[cluster\] \[.*K=\d+: [\d.]+ s", ln)]
-    assert len(fitted) == 16
+    assert len(fitted) == 20
     got = _labels(cfg)
-    assert got.keys() == reference.keys() and len(got) == 16
+    assert got.keys() == reference.keys() and len(got) == 20
+    for split in ("split1", "split2"):  # the halves' SVDs on the workers: the same choice
+        chosen = [(folder / d / "work" / "blur" / f"{split}.json").read_text() for d in (
+            "results", f"tasks-{as_tasks}")]  # fmt: skip
+        assert json.loads(chosen[0])["fwhm_mm"] == json.loads(chosen[1])["fwhm_mm"]
     if as_tasks:
-        assert any("16 fits as tasks on 2 workers" in ln for ln in lines)
+        assert any("20 fits as tasks on 2 workers" in ln for ln in lines)
         assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in fitted} <= workers
         from lsd_dask.metrics import ari
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from lsd_dask import cli, metrics
 from lsd_dask.datasets import surface_study
+from lsd_dask.linalg import randomized_svd
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.surface import two_hemisphere_mesh
 
@@ -248,7 +249,6 @@ def test_feature_smoothing_recomputes_clusters_only_and_follows_the_parcels(
 def test_mesh_constrained_ward_method_gives_connected_parcels(tmp_path, study):
     from scipy.sparse.csgraph import connected_components
 
-
     write_study(study, tmp_path, fmt="gifti")
     cfg = _config(tmp_path, ks=[10], methods=["ward", "spherical_kmeans"])
     report = run_pipeline(cfg, log=lambda s: None)
@@ -265,7 +265,6 @@ def test_mesh_constrained_ward_method_gives_connected_parcels(tmp_path, study):
 
 def test_contiguous_option_writes_connected_parcels_and_says_how_many(tmp_path, study):
     from scipy.sparse.csgraph import connected_components
-
 
     write_study(study, tmp_path, fmt="gifti")
     plain = run_pipeline(_config(tmp_path, ks=[10], methods=["directional"]), log=lambda s: None)
@@ -288,7 +287,6 @@ def test_contiguous_option_writes_connected_parcels_and_says_how_many(tmp_path, 
 @pytest.mark.parametrize("method", ["spherical_kmeans", "directional"])
 def test_spatial_weight_reaches_the_potts_methods(tmp_path, study, method):
     import scipy.sparse as sp
-
 
     write_study(study, tmp_path, fmt="gifti")
     A = _adjacency(study)
@@ -376,6 +374,58 @@ def test_oversegment_merges_a_finer_fit_with_ward_on_the_mesh(tmp_path, study):
     run_pipeline(cfg2, log=logs.append)
     assert any("spherical_kmeans K=8 done earlier" in line for line in logs), logs
     assert any("skm_merged/K8: recomputing (changed: params.oversegment" in ln for ln in logs)
+
+
+def test_auto_feature_smoothing_is_chosen_per_split_from_its_halves(tmp_path, study):
+    """feature_smoothing_mm: auto: each split's two halves of time points choose a blur
+    from the grid; the variant's labels are those of the same variant with that blur
+    given as a number, and the choice is in report.json and the sidecars."""
+    from lsd_dask.io import open_split
+    from lsd_dask.selection import GRID_MM, choose_feature_blur, half_columns
+    from lsd_dask.similarity import unit_rows
+
+    write_study(study, tmp_path, fmt="gifti")
+    auto = {"name": "skm_auto", "method": "spherical_kmeans", "feature_smoothing_mm": "auto"}
+    cfg = _config(tmp_path, ks=[8, 6], methods=[auto])
+    logs: list[str] = []
+    report = run_pipeline(cfg, log=logs.append)
+    work = cfg.output / "work"
+    kept = np.load(work / "mask.npy")
+    A = _adjacency(study, kept)
+    for split in ("split1", "split2"):
+        got = report["feature_blur"][split]
+        assert got["fwhm_mm"] in GRID_MM and got["k"] == 6  # the run's smallest K
+        # the same choice from each half's own SVD, computed here from the stored data
+        st = open_split(work / f"{split}.zarr")
+        X = st.data.compute()
+        feats = []
+        for cols in half_columns(st.timepoints):
+            U, s, _ = randomized_svd(X[:, cols], min(20, cols.size), random_state=0)
+            feats.append(unit_rows(U * s))
+        V = np.concatenate([m.vertices for m in study.meshes.values()])[kept]
+        ref = choose_feature_blur(*feats, V, A, 6, random_state=0)
+        assert ref.fwhm_mm == got["fwhm_mm"]
+        np.testing.assert_allclose(ref.mean, got["mean_error"], atol=2e-3)
+        sidecar = next((cfg.output / "labels").glob(f"*seg-skmauto*K8{split}*.json"))
+        meta = json.loads(sidecar.read_text())
+        assert meta["FeatureSmoothingFWHM"] == got["fwhm_mm"]
+        assert meta["FeatureSmoothingChosenByData"] is True
+    page = (cfg.output / "report.html").read_text()
+    assert "Feature blur chosen by the data" in page and "split2" in page
+    # a variant given split1's chosen blur as a number gives split1's labels
+    fixed = {
+        **auto,
+        "name": "skm_fixed",
+        "feature_smoothing_mm": report["feature_blur"]["split1"]["fwhm_mm"],
+    }
+    logs.clear()
+    run_pipeline(_config(tmp_path, ks=[8, 6], methods=[auto, fixed]), log=logs.append)
+    assert any("[blur] split1 done earlier, skipped" in line for line in logs), logs
+    assert any("skm_auto K=8 done earlier" in line for line in logs), logs
+    np.testing.assert_array_equal(
+        np.load(work / "labels" / "split1_skm_auto_K8.npy"),
+        np.load(work / "labels" / "split1_skm_fixed_K8.npy"),
+    )
 
 
 def test_features_u_clusters_the_rows_of_u(tmp_path, study):
