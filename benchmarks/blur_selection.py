@@ -10,7 +10,9 @@ columns, so every subject is in both halves), over a grid of FWHM in mm:
   rows under the first half's labels (spherical k-means with its Potts term, weight 2, at
   K), averaged both ways.
 
-The chosen blur is the grid value with the least error. The realistic study's truth
+The chosen blur is the grid value with the least error. (The pipeline's
+``feature_smoothing_mm: auto``, :mod:`lsd_dask.selection`, grew out of the second criterion:
+``benchmarks/realistic.py --smooth-mm auto`` measures it.) The realistic study's truth
 prefers no blur at all (``benchmarks/realistic.py --smooth-mm``); brainspace's real run
 reproduces best with 20 mm. A useful criterion picks about 0 on the first and about 20 on
 the second.
@@ -30,6 +32,7 @@ import numpy as np
 
 from benchmarks.realistic import _smoothed, _svd_rows, real_data, realistic_data
 from lsd_dask import cluster
+from lsd_dask.selection import within_sum_of_squares
 
 GRID_MM = (0.0, 5.0, 10.0, 20.0)
 
@@ -46,15 +49,6 @@ def correlation_error(P: np.ndarray, Q: np.ndarray) -> float:
     total = gram[0] + gram[1] - 2 * gram[2]
     diag = np.sum((np.einsum("ij,ij->i", P, P) - np.einsum("ij,ij->i", Q, Q)) ** 2)
     return float((total - diag) / P.shape[0] ** 2)
-
-
-def within_sum_of_squares(F: np.ndarray, labels: np.ndarray) -> float:
-    """Within-cluster sum of squares of the rows of F, per row."""
-    sums = np.zeros((labels.max() + 1, F.shape[1]))
-    np.add.at(sums, labels, F)
-    n = np.bincount(labels)
-    keep = n > 0
-    return float((np.sum(F**2) - np.sum((sums[keep] ** 2).sum(1) / n[keep])) / F.shape[0])
 
 
 def main() -> None:

@@ -289,7 +289,7 @@ def _row(
     reg = np.mean(regions, axis=0)
     return (
         f"| {k} | {rank} | {name} | {np.mean(nmi):.3f} ± {np.std(nmi):.3f} | "
-        f"{np.mean(ari):.3f} | {np.mean(dice):.3f} | {reg[0]:.0f}/{reg[1]:.0f} | {secs:.1f} |"
+        f"{np.mean(ari):.3f} | {np.mean(dice):.4f} | {reg[0]:.0f}/{reg[1]:.0f} | {secs:.1f} |"
     )
 
 
