@@ -441,8 +441,9 @@ def _write_outputs(
     """The derivatives folder: BIDS-named ``_dseg`` files per split, method and K (see
     :mod:`lsd_dask.io.bids`), their look-up tables and sidecars, and the figures
     (``chosen``: each split's blur, for ``feature_smoothing_mm: auto``)."""
-    chosen = chosen or {}
     from ..plotting import match_labels, parcel_colours, plot_dice_vs_k, plot_parcellations
+
+    chosen = chosen or {}
 
     files = [
         dataset_description(out / "dataset_description.json", version=__version__, command=command)
