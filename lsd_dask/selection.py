@@ -106,13 +106,15 @@ def choose_feature_blur(
     rtol: float = 0.01,
     random_state: int = 0,
     progress: Callable[[str], None] | None = None,
+    client: Any = None,
 ) -> BlurChoice:
     """Choose the blur of the features along the mesh by held-out parcel homogeneity.
 
     Parameters
     ----------
     features_a, features_b : ndarray of shape (n_vertices, r_a) and (n_vertices, r_b)
-        Each half's features (unit rows of its own U·Σ), on the same vertices.
+        Each half's features (unit rows of its own U·Σ), on the same vertices; with a
+        ``client``, also futures of such arrays (kept on the workers).
     vertices : ndarray of shape (n_vertices, 3)
         Coordinates (mm), for the blur's averaging steps.
     adjacency : sparse matrix of shape (n_vertices, n_vertices)
@@ -133,15 +135,20 @@ def choose_feature_blur(
     random_state : int, default=0
     progress : callable, optional
         Receives one line per blur tried.
+    client : distributed.Client, optional
+        Score each blur as one task on the cluster's workers (side by side; each holds the
+        two halves and their blurred copies), not in this process.
 
     Returns
     -------
     BlurChoice
     """
-    Fa, Fb = np.asarray(features_a), np.asarray(features_b)
-    if Fa.shape[0] != Fb.shape[0] or Fa.shape[0] != adjacency.shape[0]:
+    if client is None:
+        features_a, features_b = np.asarray(features_a), np.asarray(features_b)
+    rows = [getattr(F, "shape", (adjacency.shape[0],))[0] for F in (features_a, features_b)]
+    if rows[0] != rows[1] or rows[0] != adjacency.shape[0]:
         raise ValueError(
-            f"the halves' features have {Fa.shape[0]} and {Fb.shape[0]} rows but the mesh "
+            f"the halves' features have {rows[0]} and {rows[1]} rows but the mesh "
             f"{adjacency.shape[0]} vertices."
         )
     grid = sorted({float(h) for h in grid_mm})
@@ -154,13 +161,26 @@ def choose_feature_blur(
     seeds = np.random.default_rng(random_state).integers(0, 2**31 - 1, size=n_seeds)
     steps = [smoothing_steps(vertices, adjacency, h) for h in grid]
     errors = np.empty((len(grid), 2 * n_seeds))
-    with warnings.catch_warnings():
-        # a fit capped at its iterations still gives parcels to score: part of the criterion
-        warnings.simplefilter("ignore", ConvergenceWarning)
+
+    def done(g: int, row: np.ndarray) -> None:
+        errors[g] = row
+        if progress is not None:
+            progress(f"{grid[g]:g} mm ({steps[g]} steps): held-out error {row.mean():.5f}")
+
+    args = (adjacency, n_clusters, spatial_weight, seeds)
+    if client is None:
         for g, n in enumerate(steps):
-            errors[g] = _held_out_errors(n, Fa, Fb, adjacency, n_clusters, spatial_weight, seeds)
-            if progress is not None:
-                progress(f"{grid[g]:g} mm ({n} steps): held-out error {errors[g].mean():.5f}")
+            done(g, _held_out_errors(n, features_a, features_b, *args))
+    else:
+        from distributed import as_completed
+
+        a, b, A = _on_workers(client, features_a, features_b, adjacency)
+        futures = {
+            client.submit(_held_out_errors, n, a, b, A, *args[1:], pure=False): g
+            for g, n in enumerate(steps)
+        }
+        for fut in as_completed(futures):
+            done(futures[fut], fut.result())
     chosen = _least_within_tolerance(grid, errors, rtol)
     return BlurChoice(chosen, grid, errors, steps, int(n_clusters), rtol)
 
@@ -216,19 +236,33 @@ def _held_out_errors(
     seeds: np.ndarray,
 ) -> np.ndarray:
     """For each seed: one half's features blurred by ``n`` steps and parcellated, the
-    parcels scored on the other half's (a on b, then b on a)."""
+    parcels scored on the other half's (a on b, then b on a). Runs here or as a task."""
     blurred = [unit_rows(smooth_on_mesh(F, adjacency, n_iter=n)) if n else F for F in (Fa, Fb)]
     out = []
-    for seed in seeds:
-        for fit_on, score_on in ((blurred[0], Fb), (blurred[1], Fa)):
-            est = SphericalKMeans(
-                n_clusters,
-                spatial_weight=spatial_weight,
-                connectivity=adjacency,
-                random_state=int(seed),
-            )
-            out.append(within_sum_of_squares(score_on, est.fit(fit_on).labels_))
+    with warnings.catch_warnings():
+        # a fit capped at its iterations still gives parcels to score: part of the criterion
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for seed in seeds:
+            for fit_on, score_on in ((blurred[0], Fb), (blurred[1], Fa)):
+                est = SphericalKMeans(
+                    n_clusters,
+                    spatial_weight=spatial_weight,
+                    connectivity=adjacency,
+                    random_state=int(seed),
+                )
+                out.append(within_sum_of_squares(score_on, est.fit(fit_on).labels_))
     return np.asarray(out)
+
+
+def _on_workers(client: Any, *values: Any) -> list[Any]:
+    """Futures of the values on the workers (futures already there are kept)."""
+    from distributed import Future
+
+    out = list(values)
+    local = [i for i, v in enumerate(values) if not isinstance(v, Future)]
+    for i, fut in zip(local, client.scatter([values[i] for i in local], hash=False), strict=True):
+        out[i] = fut
+    return out
 
 
 def _paired_se(errors: np.ndarray) -> np.ndarray:

@@ -99,6 +99,33 @@ def test_noisy_parcels_get_the_blur_that_recovers_the_truth_better():
     assert ari_at(choice.fwhm_mm) > ari_at(0.0) + 0.1
 
 
+def test_blurs_scored_as_tasks_on_workers_match_a_run_here(tmp_path):
+    """With a client, each blur is scored as a task on real worker processes, from
+    features scattered there or already computed there (futures): the same errors."""
+    from distributed import Client
+
+    from lsd_dask.testing.processes import ProcessCluster
+
+    (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=2.0)
+    here = choose_feature_blur(Fa, Fb, V, A, 6, random_state=0)
+    cluster = ProcessCluster(tmp_path)
+    try:
+        with Client(cluster.address) as client:
+            lines: list[str] = []
+            there = choose_feature_blur(
+                Fa, Fb, V, A, 6, random_state=0, client=client, progress=lines.append
+            )
+            from_futures = choose_feature_blur(
+                *client.scatter([Fa, Fb]), V, A, 6, random_state=0, client=client
+            )
+    finally:
+        cluster.close()
+    np.testing.assert_allclose(there.errors, here.errors, rtol=1e-9)
+    np.testing.assert_allclose(from_futures.errors, here.errors, rtol=1e-9)
+    assert there.fwhm_mm == from_futures.fwhm_mm == here.fwhm_mm
+    assert len(lines) == 4 and all("held-out error" in line for line in lines)
+
+
 def test_bad_inputs_are_named():
     (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=0.3)
     with pytest.raises(ValueError, match="rows but the mesh"):

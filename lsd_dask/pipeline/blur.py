@@ -5,7 +5,10 @@ of every subject's time points each get a randomized SVD of their own (the run's
 power iterations, capped at the half's width), and :func:`lsd_dask.selection.choose_feature_blur`
 picks the blur from :data:`lsd_dask.selection.GRID_MM` by held-out parcel homogeneity at the
 run's smallest K. The choice and its table go into ``<work>/blur/<split>.json`` (stamped,
-so a run that changes nothing it depends on reuses it) and into ``report.json``.
+so a run that changes nothing it depends on reuses it) and into ``report.json``. On a
+distributed cluster, features too large to cluster in memory here
+(:data:`~lsd_dask.pipeline.fits.IN_MEMORY_FEATURES_BYTES`) stay on the workers and each
+blur is scored there as one task.
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
 from .. import __version__
+from ..distributed import active_client
 from ..io.zarr_store import open_split
 from ..linalg import randomized_svd
 from ..selection import GRID_MM, choose_feature_blur
 from ..similarity import unit_rows
+from . import fits
 from ._log import Log
 from .config import PipelineConfig
 from .methods import AUTO
@@ -78,10 +84,14 @@ def _choose(
         log(f"[blur] {split} done earlier, skipped: {choice['fwhm_mm']:g} mm")
         return choice
     st = open_split(wd.store(split), storage_options=wd.folder.storage_options)
+    client = active_client()
     features = []
     for i, half in enumerate(st.column_blocks.halves(), 1):
         n, m = half.shape
         rank = int(min(cfg.svd.rank, n, m))
+        # large features stay on the workers, where the blurs are scored as tasks, as the
+        # cluster stage's fits are: the client holds none of them
+        remote = client is not None and n * rank * 4 > fits.IN_MEMORY_FEATURES_BYTES
         log(f"[blur] {split} half {i} of 2: rank {rank} of {n} x {m}")
         U, s, _ = randomized_svd(
             half,
@@ -91,12 +101,18 @@ def _choose(
             random_state=cfg.random_state,
             progress=lambda line, i=i: log(f"[blur] {split} half {i} {line}"),
         )
-        U = np.asarray(U.compute() if hasattr(U, "compute") else U)
-        features.append(unit_rows(U * np.asarray(s, U.dtype)))
+        F = unit_rows(U * np.asarray(s, U.dtype))
+        if remote and isinstance(F, da.Array):
+            features.append(client.compute(F))
+        else:
+            features.append(np.asarray(F.compute() if isinstance(F, da.Array) else F))
+    if remote:
+        log(f"[blur] {split}: each blur scored as a task on {len(client.nthreads())} workers")
     choice = choose_feature_blur(
         *features, V, A, k,
         random_state=cfg.random_state,
         progress=lambda line: log(f"[blur] {split} K={k} {line}"),
+        client=client if remote else None,
     )  # fmt: skip
     out = choice.to_dict()
     wd.write_text(path, json.dumps(out, indent=1))

@@ -66,6 +66,7 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
     assert len(fitted) == 20
     got = _labels(cfg)
     assert got.keys() == reference.keys() and len(got) == 20
+    assert any("[blur] split1: each blur scored as a task on 2 workers" in ln for ln in lines)
     for split in ("split1", "split2"):  # the halves' SVDs on the workers: the same choice
         chosen = [(folder / d / "work" / "blur" / f"{split}.json").read_text() for d in (
             "results", f"tasks-{as_tasks}")]  # fmt: skip
