@@ -167,16 +167,16 @@ def choose_feature_blur(
         if progress is not None:
             progress(f"{grid[g]:g} mm ({steps[g]} steps): held-out error {row.mean():.5f}")
 
-    args = (adjacency, n_clusters, spatial_weight, seeds)
+    fit = (n_clusters, spatial_weight, seeds)
     if client is None:
         for g, n in enumerate(steps):
-            done(g, _held_out_errors(n, features_a, features_b, *args))
+            done(g, _held_out_errors(n, features_a, features_b, adjacency, *fit))
     else:
         from distributed import as_completed
 
         a, b, A = _on_workers(client, features_a, features_b, adjacency)
         futures = {
-            client.submit(_held_out_errors, n, a, b, A, *args[1:], pure=False): g
+            client.submit(_held_out_errors, n, a, b, A, *fit, pure=False): g
             for g, n in enumerate(steps)
         }
         for fut in as_completed(futures):
