@@ -5,6 +5,7 @@ from .hierarchical import HierarchicalLSD
 from .kmeans import KEVD, KMeans, SphericalKMeans
 from .lsd import LSD
 from .nmf import NMF, SemiNMF
+from .parcellation import SPATIAL_OPTIONS, MeshParcellation, check_spatial_options
 from .sof import SoF
 from .spectral import SpectralClustering
 from .ward import MeshWard, WardMerge, ward_merge
@@ -25,4 +26,7 @@ __all__ = [
     "MeshWard",
     "WardMerge",
     "ward_merge",
+    "MeshParcellation",
+    "SPATIAL_OPTIONS",
+    "check_spatial_options",
 ]

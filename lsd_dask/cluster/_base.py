@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._validation import check_array, check_n_clusters, check_random_state, to_numpy
 
-__all__ = ["ClusterBase", "check_params", "eager_labels"]
+__all__ = ["ClusterBase", "check_params", "constraint_error", "eager_labels"]
 
 
 def eager_labels(labels: Any) -> np.ndarray:
@@ -76,13 +76,17 @@ def check_params(est: Any, constraints: dict[str, Any]) -> None:
     ``None`` for an open end (bounds inclusive).
     """
     for name, alternatives in constraints.items():
-        value = getattr(est, name)
-        if not any(_matches(value, alt) for alt in alternatives):
-            raise ValueError(
-                f"{type(est).__name__}: invalid {name}={value!r}; allowed: "
-                + ", ".join(_describe(a) for a in alternatives)
-                + "."
-            )
+        problem = constraint_error(getattr(est, name), alternatives)
+        if problem:
+            raise ValueError(f"{type(est).__name__}: invalid {name}={problem}")
+
+
+def constraint_error(value: Any, alternatives: list[Any]) -> str | None:
+    """None when ``value`` meets one of ``alternatives``; else ``"<value>; allowed: ..."``
+    (the one wording of a broken constraint, see :func:`check_params`)."""
+    if any(_matches(value, alt) for alt in alternatives):
+        return None
+    return f"{value!r}; allowed: " + ", ".join(_describe(a) for a in alternatives) + "."
 
 
 def _matches(value: Any, alt: Any) -> bool:
@@ -114,5 +118,8 @@ def _describe(alt: Any) -> str:
         return f"a {alt.__name__}"
     if isinstance(alt, tuple):
         kind, lo, hi = alt
-        return f"{'an integer' if kind == 'int' else 'a number'} in [{lo}, {hi}]"
+        what = "an integer" if kind == "int" else "a number"
+        if hi is None:
+            return f"{what} >= {lo}"
+        return f"{what} in [{lo}, {hi}]"
     return getattr(alt, "__doc__", None) or repr(alt)

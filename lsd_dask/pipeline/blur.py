@@ -31,7 +31,6 @@ from ..similarity import unit_rows
 from . import fits
 from ._log import Log
 from .config import PipelineConfig
-from .methods import AUTO
 from .workdir import WorkDir
 
 __all__ = ["stage_blur"]
@@ -53,7 +52,7 @@ def stage_blur(
         the grid, each blur's mean held-out error and standard error); empty when no method
         asks for it.
     """
-    if not any(m.feature_smoothing_mm == AUTO for m in cfg.methods):
+    if not any(m.auto_blur for m in cfg.methods):
         return {}
     if mesh is None:  # a method with auto blur needs the mesh: the caller loads it
         raise ValueError("feature_smoothing_mm: auto needs the mesh.")

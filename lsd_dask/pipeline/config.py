@@ -54,14 +54,15 @@ import difflib
 import glob
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..cluster import SPATIAL_OPTIONS
 from ..io.surface_files import READERS, SubjectFiles, file_keys
-from .methods import MethodSpec, parse_methods
+from .methods import MethodSpec, check_options, numbers, parse_methods
 from .preprocess import PreprocessSettings
 
 __all__ = ["PipelineConfig", "SvdSettings", "load_config"]
@@ -142,19 +143,10 @@ class PipelineConfig:
     #: the features clustered, unit-normalised, for every method: rows of U·Σ ("us") or of
     #: U ("u"); None: each method's own default (:data:`~lsd_dask.pipeline.methods.METHODS`)
     features: str | None = None
-    #: blur of the SVD features along the mesh before clustering (FWHM, mm; 0: none), for
-    #: spatially coherent parcels; "auto": chosen by each split's data
-    #: (:mod:`lsd_dask.pipeline.blur`)
-    feature_smoothing_mm: float | str = 0.0
-    #: split every cluster into connected parcels and merge fragments under
-    #: ``min_region_size`` into their most similar neighbour (the labels written)
-    contiguous: bool = False
-    #: Potts penalty per cut mesh edge in the assignment of directional clustering and
-    #: spherical k-means (0: none)
-    spatial_weight: float = 0.0
-    #: fit ``oversegment`` × K clusters, then merge clusters that touch on the mesh with
-    #: Ward's linkage down to K (1: no merge; :class:`lsd_dask.cluster.WardMerge`)
-    oversegment: float = 1.0
+    #: every method's spatial options, as given at the top level of the file (a variant's
+    #: own win); their names, defaults and bounds are
+    #: :class:`lsd_dask.cluster.MeshParcellation`'s, ``feature_smoothing_mm`` may be "auto"
+    spatial: dict[str, Any] = field(default_factory=dict)
     #: where the stores, SVD results and labels go: ``<output>/work`` (None), another
     #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
     work: str | None = None
@@ -213,6 +205,10 @@ class PipelineConfig:
         if self.preprocess.confounds is not None:
             d["preprocess"]["confounds"] = path(self.preprocess.confounds)
         d["splits"] = self.resolved_splits()
+        # the spatial options flat, as the file writes them, every one with its value
+        del d["spatial"]
+        d.update(numbers({**SPATIAL_OPTIONS, **self.spatial}))
+        d["methods"] = [m.to_dict() for m in self.methods]
         # credentials stay out of the report
         d["storage_options"] = sorted(self.storage_options)
         return d
@@ -223,11 +219,7 @@ class PipelineConfig:
             raise ValueError(f"ks must be integers >= 2, got {self.ks}.")
         if self.nonfinite not in ("error", "mask"):
             raise ValueError("nonfinite must be 'error' or 'mask'.")
-        if self.features not in (None, "us", "u"):
-            raise ValueError(
-                f"features must be 'us' (U·Σ), 'u' (U) or null (each method's own), got "
-                f"{self.features!r}."
-            )
+        _check_features(self.features)
         ids = [s.subject for s in self.subjects]
         if len(ids) < 2:
             raise ValueError(f"a split-half run needs at least 2 subjects, got {len(ids)}.")
@@ -302,28 +294,14 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
             raw[key] = value
     _check_keys(raw, _TOP_KEYS, where)
     svd = SvdSettings.from_mapping(_mapping(raw.get("svd"), "svd"), where)
-    spatial = {
-        "feature_smoothing_mm": (
-            "auto"
-            if raw.get("feature_smoothing_mm") == "auto"
-            else _at_least(
-                raw.get("feature_smoothing_mm", 0.0), "feature_smoothing_mm", note=" or 'auto'"
-            )
-        ),
-        "spatial_weight": _at_least(raw.get("spatial_weight", 0.0), "spatial_weight"),
-        "contiguous": _bool(raw.get("contiguous", False), "contiguous"),
-        "oversegment": _at_least(
-            raw.get("oversegment", 1.0), "oversegment", 1, " (1: no merge)"
-        ),
-        "features": raw.get("features"),
-    }
-    if spatial["features"] not in (None, "us", "u"):
-        raise ValueError(
-            f"features must be 'us' (U·Σ), 'u' (U) or null (each method's own), got "
-            f"{spatial['features']!r}."
-        )
-    methods = parse_methods(raw.get("methods", ["directional"]), spatial)
-    ks = raw.get("ks", [50, 100])
+    spatial = {k: raw[k] for k in SPATIAL_OPTIONS if k in raw}
+    check_options(spatial)
+    features = _check_features(raw.get("features", _default("features")))
+    methods = parse_methods(
+        raw.get("methods", [m.name for m in _default("methods")]),
+        {**spatial, "features": features},
+    )
+    ks = raw.get("ks", _default("ks"))
     ks = [ks] if isinstance(ks, int) and not isinstance(ks, bool) else ks
     if not isinstance(ks, list | tuple) or not ks:
         raise ValueError(f"ks: a list of cluster counts, got {ks!r}.")
@@ -342,12 +320,15 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         methods=methods,
         ks=[_int(k, "ks", 2) for k in ks],
         svd=svd,
-        min_region_size=_int(raw.get("min_region_size", 20), "min_region_size", 1),
-        nonfinite=str(raw.get("nonfinite", "error")),
+        min_region_size=_int(
+            raw.get("min_region_size", _default("min_region_size")), "min_region_size", 1
+        ),
+        nonfinite=str(raw.get("nonfinite", _default("nonfinite"))),
         cluster=_cluster(raw.get("cluster"), base),
-        random_state=_int(raw.get("random_state", 0), "random_state", 0),
-        null_repeats=_int(raw.get("null_repeats", 5), "null_repeats", 0),
-        **spatial,
+        random_state=_int(raw.get("random_state", _default("random_state")), "random_state", 0),
+        null_repeats=_int(raw.get("null_repeats", _default("null_repeats")), "null_repeats", 0),
+        features=features,
+        spatial=spatial,
         work=_work(raw.get("work"), base),
         storage_options=_mapping(raw.get("storage_options"), "storage_options"),
         preprocess=PreprocessSettings.from_mapping(
@@ -358,7 +339,13 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     return cfg
 
 
-_TOP_KEYS = {f.name for f in fields(PipelineConfig)} | {"globs"}
+_TOP_KEYS = ({f.name for f in fields(PipelineConfig)} - {"spatial"}) | {"globs", *SPATIAL_OPTIONS}
+
+
+def _default(name: str) -> Any:
+    """A setting's default, as :class:`PipelineConfig` states it (the one place)."""
+    f = next(f for f in fields(PipelineConfig) if f.name == name)
+    return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
 def _pair_of_surfaces(v: Any, base: Path, key: str) -> dict[str, str] | None:
@@ -370,19 +357,12 @@ def _pair_of_surfaces(v: Any, base: Path, key: str) -> dict[str, str] | None:
     return {h: str(_resolve(p, base)) for h, p in pair.items()}
 
 
-def _bool(v: Any, key: str) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError(f"{key}: true or false, got {v!r}.")
-    return v
-
-
-def _at_least(v: Any, key: str, low: float = 0.0, note: str = "") -> float:
-    """A number >= ``low`` (not a bool or a word); ``note`` follows the bound in the error."""
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"{key}: {v!r} is not a number.")
-    if not v >= low:
-        raise ValueError(f"{key}: must be >= {low:g}{note}, got {v!r}.")
-    return float(v)
+def _check_features(v: Any) -> str | None:
+    if v not in (None, "us", "u"):
+        raise ValueError(
+            f"features must be 'us' (U·Σ), 'u' (U) or null (each method's own), got {v!r}."
+        )
+    return v  # type: ignore[no-any-return]
 
 
 def _work(v: Any, base: Path) -> str | None:

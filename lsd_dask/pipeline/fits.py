@@ -15,6 +15,7 @@ Where a fit runs depends on the features' size and on the cluster:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,15 +26,21 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import __version__
+from ..cluster import MeshParcellation
 from ..distributed import active_client, scattered_rows, show_progress, task_location
 from ..similarity import unit_rows
-from ..surface import contiguous_parcels, smooth_on_mesh, smoothing_steps
 from ._log import Log, bar
 from .config import PipelineConfig
-from .methods import AUTO, MethodSpec, build_estimator
+from .methods import MethodSpec
 from .workdir import WorkDir
 
-__all__ = ["stage_cluster", "IN_MEMORY_FEATURES_BYTES", "FIT_TASK_MEMORY_FACTOR"]
+__all__ = [
+    "stage_cluster",
+    "fit_job",
+    "estimator_key",
+    "IN_MEMORY_FEATURES_BYTES",
+    "FIT_TASK_MEMORY_FACTOR",
+]
 
 #: features smaller than this are clustered in memory when no cluster is active: a round
 #: trip per iteration costs more than the arithmetic (a full-size study's 64,984 x 1,000
@@ -60,16 +67,15 @@ def stage_cluster(
     mesh : (vertex coordinates, adjacency) of the kept vertices, when a method needs it
     blur : split -> the blur (FWHM, mm) its data chose, for ``feature_smoothing_mm: auto``
     """
-    # by split, then by features and their smoothing: each split's features are loaded (and
-    # blurred) once per kind and smoothing width
+    # by split, then by features: each split's features are loaded once per kind
     jobs = sorted(
         (
-            _job(cfg, split, spec, k, wd, mesh, (blur or {}).get(split))
+            fit_job(cfg, split, spec, k, wd, mesh, (blur or {}).get(split))
             for split in splits
             for spec in cfg.methods
             for k in cfg.ks
         ),
-        key=lambda j: (splits.index(j.split), j.spec.features, j.fwhm_mm),
+        key=lambda j: (splits.index(j.split), j.spec.features),
     )
     todo = []
     for j in jobs:
@@ -80,45 +86,38 @@ def stage_cluster(
     if not todo:
         return
     client = active_client()
-    A = None if mesh is None else mesh[1]
     if client is not None and _fits_in_a_task(client, wd, todo[0].split):
-        _fit_as_tasks(client, cfg, todo, kept, wd, log, A)
+        _fit_as_tasks(client, todo, kept, wd, log)
         return
     features: dict[Any, Any] = {}
     for i, j in enumerate(todo, 1):
         log(f"[cluster] {bar(i - 1, len(todo))} next: {j.split} {j.spec.name} K={j.k}")
         if j.which not in features:
             features.clear()  # one set of features in memory at a time (jobs come in order)
-            features[j.which] = _features(wd, j.split, j.smoothing(A), j.spec.features)
-            _log_blur(j, log)
-        out = _fit(j.est, features[j.which], j.spec.contiguous, A, cfg.min_region_size, kept)
+            features[j.which] = _features(wd, j.split, j.spec.features)
+        out = _fit(j.est, features[j.which], kept)
         _save(wd, j, out, log, bar(i, len(todo)))
 
 
 @dataclass
-class _Job:
-    """One fit: what it runs, and where its labels and stamp go."""
+class FitJob:
+    """One fit: its estimator, and where its labels and stamp go."""
 
     split: str
     spec: MethodSpec
     k: int
-    est: Any
+    est: MeshParcellation
     key: dict[str, Any]
     path: str
     stage: str
-    fwhm_mm: float
-    steps: int
 
     @property
-    def which(self) -> tuple[str, str, int]:
-        """The features it needs: split, kind, smoothing steps."""
-        return (self.split, self.spec.features, self.steps)
-
-    def smoothing(self, A: Any) -> tuple[int, Any] | None:
-        return (self.steps, A) if self.steps else None
+    def which(self) -> tuple[str, str]:
+        """The features it needs: split and kind."""
+        return (self.split, self.spec.features)
 
 
-def _job(
+def fit_job(
     cfg: PipelineConfig,
     split: str,
     spec: MethodSpec,
@@ -126,39 +125,52 @@ def _job(
     wd: WorkDir,
     mesh: tuple[np.ndarray, sp.csr_matrix] | None,
     chosen: float | None = None,
-) -> _Job:
-    A = None if mesh is None else mesh[1]
-    fwhm = spec.feature_smoothing_mm
-    if fwhm == AUTO:
-        if chosen is None:
-            raise ValueError(f"{split}: no blur was chosen for {spec.name}'s auto smoothing.")
-        fwhm = chosen
-    steps = smoothing_steps(mesh[0], A, fwhm) if fwhm > 0 else 0
-    est = build_estimator(spec, k, cfg.random_state, A)
-    params = {  # deep: a wrapped estimator's own parameters, not its repr
-        p: {"sparse": list(v.shape), "nnz": int(v.nnz)} if sp.issparse(v) else v
-        for p, v in est.get_params(deep=True).items()
-        if not hasattr(v, "get_params")
-    }
+) -> FitJob:
+    """The fit of ``spec`` at K on a split: its estimator (the auto blur resolved to the
+    split's ``chosen`` one), and its key: the SVD it reads and the estimator's parameters."""
+    if spec.auto_blur and chosen is None:
+        raise ValueError(f"{split}: no blur was chosen for {spec.name}'s auto smoothing.")
+    V, A = (None, None) if mesh is None else mesh
+    est = spec.estimator(
+        k, cfg.random_state, connectivity=A, vertices=V, min_region_size=cfg.min_region_size,
+        blur_mm=chosen,
+    )  # fmt: skip
     key = {
         "svd": wd.fingerprint_of(f"svd/{split}"),
         "method": spec.method,
-        "k": k,
-        "params": params,
         "features": spec.features,
-        "feature_smoothing": {
-            "fwhm_mm": fwhm, "steps": steps, "auto": spec.feature_smoothing_mm == AUTO,
-        },  # fmt: skip
-        "contiguous": {"on": spec.contiguous, "min_size": cfg.min_region_size},
+        "auto_blur": spec.auto_blur,
+        "estimator": type(est.estimator).__name__,
+        "params": estimator_key(est),
         "lsd_dask": __version__,
     }
     stage = f"cluster/{split}/{spec.name}/K{k}"
-    return _Job(split, spec, k, est, key, wd.labels(split, spec.name, k), stage, fwhm, steps)
+    return FitJob(split, spec, k, est, key, wd.labels(split, spec.name, k), stage)
 
 
-def _fit(
-    est: Any, F: Any, contiguous: bool, A: Any, min_size: int, kept: np.ndarray
-) -> dict[str, Any]:
+def estimator_key(est: Any) -> dict[str, Any]:
+    """An estimator's parameters as plain data (``get_params(deep=True)``): arrays by a
+    digest of their content, wrapped estimators by their own parameters."""
+    return {
+        p: _digest(v) if sp.issparse(v) or isinstance(v, np.ndarray) else v
+        for p, v in est.get_params(deep=True).items()
+        if not hasattr(v, "get_params")
+    }
+
+
+def _digest(a: Any) -> str:
+    """The content of a dense or sparse array (shape, values, sparsity pattern)."""
+    h = hashlib.sha1(str(a.shape).encode())
+    if sp.issparse(a):
+        a = sp.csr_matrix(a)
+        for part in (a.indptr, a.indices, a.data):
+            h.update(np.ascontiguousarray(part).tobytes())
+    else:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _fit(est: MeshParcellation, F: Any, kept: np.ndarray) -> dict[str, Any]:
     """Fit, then the labels on the full surface (0 on masked vertices); runs anywhere."""
     t0 = time.perf_counter()
     where = task_location()
@@ -166,56 +178,36 @@ def _fit(
     # it would wait for worker threads that the fits themselves hold
     with dask.config.set(scheduler="sync" if where != "client" else None):
         est.fit(F)
-        lab = est.labels_  # numpy, whatever the features (the estimators' labels_ policy)
-        full = np.zeros(kept.size, np.int32)
-        n_parcels = None
-        if contiguous:
-            parcels = contiguous_parcels(lab, A, min_size=min_size, features=F)
-            full[kept] = parcels
-            n_parcels = int(parcels.max())
-        else:
-            full[kept] = lab + 1
+    full = np.zeros(kept.size, np.int32)
+    full[kept] = est.labels_ + 1  # numpy, whatever the features (the labels_ policy)
     n_iter = getattr(est, "n_iter_", None)
     return {
         "labels": full,
         "seconds": time.perf_counter() - t0,
         "n_iter": int(n_iter) if isinstance(n_iter, (int, np.integer)) else None,
-        "n_parcels": n_parcels,
+        "n_parcels": est.n_clusters_ if est.contiguous else None,
+        "blur_steps": est.smoothing_steps_,
         "where": where,
     }
 
 
-def _fit_as_tasks(
-    client: Any,
-    cfg: PipelineConfig,
-    todo: list[_Job],
-    kept: np.ndarray,
-    wd: WorkDir,
-    log: Log,
-    A: Any,
-) -> None:
+def _fit_as_tasks(client: Any, todo: list[FitJob], kept: np.ndarray, wd: WorkDir, log: Log) -> None:
     """Every fit as one task; each features set loaded by a worker, then copied to all."""
     from distributed import as_completed
 
-    shared = client.scatter([kept, A], broadcast=True, hash=False)
+    (shared_kept,) = client.scatter([kept], broadcast=True, hash=False)
     loads: dict[Any, Any] = {}
     for j in todo:
         if j.which not in loads:
             loads[j.which] = client.submit(
-                _task_features, wd.root, wd.folder.storage_options, j.split,
-                j.smoothing(shared[1]), j.spec.features, pure=False,
+                _task_features, wd.root, wd.folder.storage_options, j.split, j.spec.features,
+                pure=False,
             )  # fmt: skip
     futures = {}
     for which, fut in loads.items():
         client.replicate([fut])  # on every worker: fits then go wherever a thread is free
         for j in (j for j in todo if j.which == which):
-            _log_blur(j, log)
-            futures[
-                client.submit(
-                    _fit, j.est, fut, j.spec.contiguous, shared[1], cfg.min_region_size,
-                    shared[0], pure=False,
-                )
-            ] = j  # fmt: skip
+            futures[client.submit(_fit, j.est, fut, shared_kept, pure=False)] = j
     loads.clear()  # the fits hold the features; they are released as the fits finish
     show_progress(list(futures))
     log(f"[cluster] {len(futures)} fits as tasks on {len(client.nthreads())} workers")
@@ -227,25 +219,23 @@ def _fit_as_tasks(
         raise
 
 
-def _save(wd: WorkDir, j: _Job, out: dict[str, Any], log: Log, progress: str) -> None:
+def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) -> None:
     wd.save_npy(j.path, out["labels"])
     wd.record(j.stage, j.key)
     iters = f", {out['n_iter']} iterations" if out["n_iter"] is not None else ""
     parcels = f", {out['n_parcels']} contiguous parcels" if out["n_parcels"] else ""
     where = f" ({out['where']})" if out["where"] != "client" else ""
+    blur = ""
+    if out["blur_steps"]:
+        chosen = ", chosen by the data" if j.spec.auto_blur else ""
+        blur = (
+            f", features blurred by {j.est.feature_smoothing_mm:g} mm "
+            f"({out['blur_steps']} steps{chosen})"
+        )
     log(
         f"[cluster] {progress} {j.split} {j.spec.name} K={j.k}: "
-        f"{out['seconds']:.1f} s{iters}{parcels}{where}"
+        f"{out['seconds']:.1f} s{iters}{parcels}{blur}{where}"
     )
-
-
-def _log_blur(j: _Job, log: Log) -> None:
-    if j.steps:
-        log(
-            f"[cluster] {j.split} features blurred along the mesh: FWHM "
-            f"{j.fwhm_mm:g} mm ({j.steps} averaging steps"
-            f"{', chosen by the data' if j.spec.feature_smoothing_mm == AUTO else ''})"
-        )
 
 
 def _fits_in_a_task(client: Any, wd: WorkDir, split: str) -> bool:
@@ -260,25 +250,15 @@ def _fits_in_a_task(client: Any, wd: WorkDir, split: str) -> bool:
     return bool(limits) and all(m == 0 or m >= need for m in limits)
 
 
-def _task_features(
-    root: str, storage_options: Any, split: str, smoothing: Any, kind: str
-) -> np.ndarray:
+def _task_features(root: str, storage_options: Any, split: str, kind: str) -> np.ndarray:
     """A split's features in this worker's memory (it reads the shared work folder)."""
     wd = WorkDir(root, lambda line: None, storage_options)
-    return _features(wd, split, smoothing, kind, in_memory=True)
+    return _features(wd, split, kind, in_memory=True)
 
 
-def _features(
-    wd: WorkDir,
-    split: str,
-    smoothing: tuple[int, Any] | None = None,
-    kind: str = "us",
-    *,
-    in_memory: bool = False,
-) -> Any:
-    """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``), blurred along the mesh when
-    asked (then unit rows again): numpy when small or ``in_memory``, else a dask array
-    persisted on the workers."""
+def _features(wd: WorkDir, split: str, kind: str = "us", *, in_memory: bool = False) -> Any:
+    """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``): numpy when small or
+    ``in_memory``, else a dask array persisted on the workers."""
     U = wd.load_npy(wd.u(split), mmap=True)
     scale = wd.load_npy(wd.s(split)).astype(U.dtype) if kind == "us" else None
     if in_memory or U.nbytes <= IN_MEMORY_FEATURES_BYTES:
@@ -287,7 +267,4 @@ def _features(
         # sent to the workers once, not embedded in every graph that reads them
         F = scattered_rows(U, max(1, min(U.shape[0], 16384)))
     F = unit_rows(F if scale is None else F * scale)
-    if smoothing is not None:
-        steps, A = smoothing
-        F = unit_rows(smooth_on_mesh(F, A, n_iter=steps))
     return F.persist() if isinstance(F, da.Array) else F

@@ -1,6 +1,12 @@
 """The pipeline's clustering methods: one table that the configuration, the run and the CLI
 all read, and the configured variants a pipeline file may ask for.
 
+A configured method is one estimator: :class:`~lsd_dask.cluster.MeshParcellation` around
+the method's own, with the variant's spatial options as its parameters. The spatial
+options, their defaults and their bounds are the estimator's
+(:data:`~lsd_dask.cluster.SPATIAL_OPTIONS`); this module only names them, so a new option
+of the estimator is a pipeline-file key with no change here.
+
 Adding a method to the pipeline: write its estimator in :mod:`lsd_dask.cluster`, export it,
 and add one :class:`Method` row to :data:`METHODS`.
 
@@ -17,13 +23,26 @@ A variant's ``name`` names its label files and its rows in the report.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["METHODS", "Method", "MethodSpec", "build_estimator", "parse_methods"]
+from ..cluster import SPATIAL_OPTIONS, MeshParcellation, check_spatial_options
+
+__all__ = [
+    "AUTO",
+    "METHODS",
+    "VARIANT_KEYS",
+    "Method",
+    "MethodSpec",
+    "check_options",
+    "numbers",
+    "parse_methods",
+]
+
+#: the value of ``feature_smoothing_mm`` that lets each split's data choose the blur (the
+#: blur stage resolves it to a number per split before any fit)
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -32,12 +51,9 @@ class Method:
 
     Attributes
     ----------
-    build : callable
-        ``build(k, random_state, **extra)`` returns an unfitted estimator.
-    potts : bool
-        Whether it takes ``spatial_weight`` and ``connectivity`` (a Potts term).
-    needs_mesh : bool
-        Whether it always needs the mesh adjacency (``connectivity``).
+    estimator : str
+        The class name in :mod:`lsd_dask.cluster`, built with ``random_state`` only (the
+        wrapper sets K, the mesh and the Potts weight).
     features : {"us", "u"}
         The features it clusters by default: unit rows of U·Σ or of U (see
         :class:`MethodSpec`).
@@ -45,20 +61,15 @@ class Method:
         One line for the CLI's help.
     """
 
-    build: Callable[..., Any]
-    potts: bool = False
-    needs_mesh: bool = False
+    estimator: str
     features: str = "us"
     summary: str = ""
 
-
-def _cluster(name: str) -> Callable[..., Any]:
-    def build(k: int, random_state: int, **extra: Any) -> Any:
+    def build(self, random_state: int) -> Any:
+        """The method's unfitted estimator."""
         from .. import cluster
 
-        return getattr(cluster, name)(k, random_state=random_state, **extra)
-
-    return build
+        return getattr(cluster, self.estimator)(random_state=random_state)
 
 
 #: method name -> how the pipeline builds it. LSD and hierarchical LSD cluster rows of U
@@ -70,19 +81,19 @@ def _cluster(name: str) -> Callable[..., Any]:
 #: brainspace's real run from 0.391 to 0.278). On that real run LSD too reproduced better
 #: with U·Σ (Dice 0.375 against 0.258): set ``features: us`` to try it on real data.
 METHODS: dict[str, Method] = {
-    "directional": Method(_cluster("DirectionalClustering"), potts=True, summary="Blumensath"),
-    "lsd": Method(_cluster("LSD"), features="u", summary="Arora et al., rotation solver"),
-    "hierarchical_lsd": Method(_cluster("HierarchicalLSD"), features="u", summary="divisive LSD"),
-    "spherical_kmeans": Method(_cluster("SphericalKMeans"), potts=True, summary="cosine"),
-    "kmeans": Method(_cluster("KMeans"), summary="Euclidean"),
-    "spectral": Method(_cluster("SpectralClustering"), summary="Ng-Jordan-Weiss"),
-    "ward": Method(_cluster("MeshWard"), needs_mesh=True, summary="mesh-constrained Ward"),
+    "directional": Method("DirectionalClustering", summary="Blumensath"),
+    "lsd": Method("LSD", features="u", summary="Arora et al., rotation solver"),
+    "hierarchical_lsd": Method("HierarchicalLSD", features="u", summary="divisive LSD"),
+    "spherical_kmeans": Method("SphericalKMeans", summary="cosine"),
+    "kmeans": Method("KMeans", summary="Euclidean"),
+    "spectral": Method("SpectralClustering", summary="Ng-Jordan-Weiss"),
+    "ward": Method("MeshWard", summary="mesh-constrained Ward"),
 }
 
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A method as a pipeline runs it: its name in outputs, the method, its spatial settings.
+    """A method as a pipeline runs it: its name in outputs, the method, its spatial options.
 
     Attributes
     ----------
@@ -90,68 +101,63 @@ class MethodSpec:
         Names the label files and the report's rows (the method's name by default).
     method : str
         A key of :data:`METHODS`.
-    feature_smoothing_mm : float or "auto"
-        Blur of the SVD features along the mesh before clustering (FWHM, mm; 0: none);
-        ``"auto"``: each split's data choose it (:mod:`lsd_dask.pipeline.blur`).
-    spatial_weight : float
-        Potts penalty per cut mesh edge (methods with ``potts`` only).
-    contiguous : bool
-        Split clusters into connected parcels, merging small fragments.
-    oversegment : float
-        Fit ``oversegment`` × K clusters, then merge clusters that touch on the mesh with
-        Ward's linkage down to K (1: no merge).
     features : {"us", "u"}
         Unit rows of U·Σ (the cosine of two vertices is the correlation of their rank-r
         reconstructions) or of U (every component weighs the same). Default: the method's.
+    options : dict
+        :class:`~lsd_dask.cluster.MeshParcellation`'s spatial options, every one present;
+        ``feature_smoothing_mm`` may be :data:`AUTO` (the blur stage resolves it).
     """
 
     name: str
     method: str
-    feature_smoothing_mm: float | str = 0.0
-    spatial_weight: float = 0.0
-    contiguous: bool = False
     features: str = "us"
-    oversegment: float = 1.0
+    options: dict[str, Any] = field(default_factory=lambda: dict(SPATIAL_OPTIONS))
+
+    @property
+    def auto_blur(self) -> bool:
+        """Whether each split's data choose the blur (``feature_smoothing_mm: auto``)."""
+        return bool(self.options.get("feature_smoothing_mm") == AUTO)
 
     @property
     def needs_mesh(self) -> bool:
-        return (
-            METHODS[self.method].needs_mesh
-            or self.feature_smoothing_mm == AUTO
-            or self.feature_smoothing_mm > 0
-            or self.contiguous
-            or self.oversegment > 1
-            or (self.spatial_weight > 0 and METHODS[self.method].potts)
-        )
+        return self.auto_blur or self.estimator(2, 0).needs_mesh()
 
-
-def build_estimator(spec: MethodSpec, k: int, random_state: int, connectivity: Any = None) -> Any:
-    """The unfitted estimator of a configured method at K clusters (wrapped in
-    :class:`~lsd_dask.cluster.WardMerge` when ``oversegment`` > 1)."""
-    m = METHODS[spec.method]
-    extra: dict[str, Any] = {}
-    if m.needs_mesh:
-        extra["connectivity"] = connectivity
-    if m.potts:
-        extra["spatial_weight"] = spec.spatial_weight
-        extra["connectivity"] = connectivity if spec.spatial_weight > 0 else None
-    est = m.build(k, random_state, **extra)
-    if spec.oversegment > 1:
-        from ..cluster import WardMerge
-
-        est = WardMerge(
-            est, k, oversegment=spec.oversegment, connectivity=connectivity,
+    def estimator(
+        self,
+        k: int,
+        random_state: int,
+        *,
+        connectivity: Any = None,
+        vertices: Any = None,
+        min_region_size: int = 20,
+        blur_mm: float | None = None,
+    ) -> MeshParcellation:
+        """The unfitted estimator at K clusters; ``blur_mm`` is the blur the split's data
+        chose, for ``feature_smoothing_mm: auto``."""
+        options = dict(self.options)
+        if self.auto_blur:
+            options["feature_smoothing_mm"] = 0.0 if blur_mm is None else float(blur_mm)
+        return MeshParcellation(
+            METHODS[self.method].build(random_state),
+            k,
+            connectivity=connectivity,
+            vertices=vertices,
+            min_region_size=min_region_size,
             random_state=random_state,
+            **options,
         )
-    return est
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a pipeline file writes a variant (the report's ``config.methods``)."""
+        return {"name": self.name, "method": self.method, **self.options, "features": self.features}
 
 
 def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
     """Method specs from the ``methods:`` entry; errors name the entry and the key.
 
-    ``defaults`` holds the top-level ``feature_smoothing_mm``, ``spatial_weight``,
-    ``contiguous``, ``oversegment`` and ``features`` (None: each method's own), which a variant may
-    override.
+    ``defaults`` holds the top-level spatial options and ``features`` (None: each method's
+    own), which a variant may override.
     """
     entries = [raw] if isinstance(raw, str | dict) else raw
     if not isinstance(entries, list | tuple) or not entries:
@@ -162,10 +168,10 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
             entry = {"method": entry}
         if not isinstance(entry, dict):
             raise ValueError(f"methods[{i}]: a method name or a mapping, got {entry!r}.")
-        unknown = sorted(set(entry) - _VARIANT_KEYS)
+        unknown = sorted(set(entry) - VARIANT_KEYS)
         if unknown:
             raise ValueError(
-                f"methods[{i}]: unknown key(s) {unknown}; known: {sorted(_VARIANT_KEYS)}."
+                f"methods[{i}]: unknown key(s) {unknown}; known: {sorted(VARIANT_KEYS)}."
             )
         method = entry.get("method")
         if method not in METHODS:
@@ -177,38 +183,16 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
             raise ValueError(
                 f"methods[{i}]: name {name!r}: use letters, digits and '_' only (it names files)."
             )
-        settings = {**defaults, **{k: v for k, v in entry.items() if k in defaults}}
-        for key, low in _LOWEST.items():
-            v = settings[key]
-            if key == "feature_smoothing_mm" and v == AUTO:
-                continue
-            number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            if not number or v < low:
-                also = " or 'auto'" if key == "feature_smoothing_mm" else ""
-                raise ValueError(f"methods[{i}].{key}: a number >= {low}{also}, got {v!r}.")
-        if not isinstance(settings["contiguous"], bool):
-            raise ValueError(f"methods[{i}].contiguous: true or false.")
-        features = settings.get("features") or METHODS[method].features
+        base = METHODS[method].build(0)
+        options = {**SPATIAL_OPTIONS, **{k: defaults[k] for k in SPATIAL_OPTIONS if k in defaults}}
+        if "spatial_weight" not in base.get_params() and "spatial_weight" not in entry:
+            options["spatial_weight"] = 0.0  # a top-level Potts weight: only where there is one
+        options.update({k: v for k, v in entry.items() if k in SPATIAL_OPTIONS})
+        check_options(options, f"methods[{i}].", base)
+        features = entry.get("features") or defaults.get("features") or METHODS[method].features
         if features not in ("us", "u"):
             raise ValueError(f"methods[{i}].features: 'us' (U·Σ) or 'u' (U), got {features!r}.")
-        if not METHODS[method].potts:
-            if entry.get("spatial_weight", 0) > 0:
-                raise ValueError(
-                    f"methods[{i}]: {method} has no Potts term; spatial_weight applies to "
-                    f"{[m for m, v in METHODS.items() if v.potts]}."
-                )
-            settings["spatial_weight"] = 0.0  # the top-level default does not apply
-        specs.append(
-            MethodSpec(
-                name=name,
-                method=method,
-                feature_smoothing_mm=_blur(settings["feature_smoothing_mm"]),
-                spatial_weight=float(settings["spatial_weight"]),
-                contiguous=settings["contiguous"],
-                features=features,
-                oversegment=float(settings["oversegment"]),
-            )
-        )
+        specs.append(MethodSpec(name, method, features, numbers(options)))
     names = [s.name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -216,21 +200,33 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
     return specs
 
 
-def _blur(v: float | str) -> float | str:
-    return AUTO if v == AUTO else float(v)
+def check_options(options: dict[str, Any], where: str = "", estimator: Any = None) -> None:
+    """Spatial options checked by the estimator's own bounds (``feature_smoothing_mm`` may
+    be :data:`AUTO`); the error names ``where`` and the key."""
+    probe = {**options}
+    if probe.get("feature_smoothing_mm") == AUTO:
+        probe["feature_smoothing_mm"] = 0.0
+    try:
+        check_spatial_options(estimator, probe)
+    except ValueError as err:
+        text = str(err)
+        if text.startswith("feature_smoothing_mm"):
+            text = text.removesuffix(".") + f" or {AUTO!r}."
+        raise ValueError(f"{where}{text}") from None
 
 
-#: the value of ``feature_smoothing_mm`` that lets each split's data choose the blur
-AUTO = "auto"
-#: the numeric settings of a variant and their least values (oversegment 1: no merge)
-_LOWEST = {"feature_smoothing_mm": 0, "spatial_weight": 0, "oversegment": 1}
+#: the keys of a variant: its name, method and features, and every spatial option
+VARIANT_KEYS = {"name", "method", "features", *SPATIAL_OPTIONS}
+
+
+def numbers(options: dict[str, Any]) -> dict[str, Any]:
+    """Numeric options as floats (``2`` and ``2.0`` are one setting in keys and reports)."""
+    return {
+        k: float(v)
+        if isinstance(SPATIAL_OPTIONS[k], float) and not isinstance(v, bool | str)
+        else v
+        for k, v in options.items()
+    }
+
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]{0,63}$")
-_VARIANT_KEYS = {
-    "name",
-    "method",
-    "feature_smoothing_mm",
-    "spatial_weight",
-    "contiguous",
-    "features",
-    "oversegment",
-}

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from distributed import KilledWorker
 
 from .. import __version__
+from ..cluster import SPATIAL_OPTIONS
 from ..distributed import active_client
 from ..io.atomic import atomic_write_text
 from ..io.bids import bids_label, bids_name, dataset_description, lookup_table, surface_space
@@ -62,7 +63,7 @@ from .blur import stage_blur
 from .config import PipelineConfig
 from .fits import stage_cluster
 from .ingest import stage_mask_and_ingest, subject_t_r_of
-from .methods import AUTO, MethodSpec
+from .methods import MethodSpec
 from .preprocess import read_confounds
 from .report_html import write_report_html
 from .scores import explain_scores, score_pair
@@ -125,9 +126,7 @@ def run_pipeline(
 
     t0 = time.perf_counter()
     log(f"[outputs] label files, figures and the report into {out}")
-    files = _write_outputs(
-        cfg, list(splits), meshes, sizes, scores, wd, out, A, command, chosen
-    )
+    files = _write_outputs(cfg, list(splits), meshes, sizes, scores, wd, out, A, command, chosen)
     timings["outputs"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     report = {
@@ -546,13 +545,7 @@ def _sidecar(
         "Subjects": cfg.resolved_splits()[split],
         "Features": "unit rows of U·Σ" if spec.features == "us" else "unit rows of U",
         "SVD": asdict(cfg.svd),
-        "FeatureSmoothingFWHM": (
-            chosen_blur if spec.feature_smoothing_mm == AUTO else spec.feature_smoothing_mm
-        ),
-        "FeatureSmoothingChosenByData": spec.feature_smoothing_mm == AUTO,
-        "SpatialWeight": spec.spatial_weight,
-        "Oversegment": spec.oversegment,
-        "Contiguous": spec.contiguous,
+        **_spatial_settings(spec, k, cfg.random_state, chosen_blur),
         "Preprocessing": cfg.preprocess.to_dict(),
         "RandomState": cfg.random_state,
     }
@@ -568,6 +561,23 @@ def _sidecar(
             if key in score
         }
     return out
+
+
+def _spatial_settings(
+    spec: MethodSpec, k: int, random_state: int, chosen_blur: float | None
+) -> dict[str, Any]:
+    """The sidecar's spatial settings: the fitted estimator's parameters, by name."""
+    params = spec.estimator(k, random_state, blur_mm=chosen_blur).get_params()
+    out: dict[str, Any] = {}
+    for name in SPATIAL_OPTIONS:
+        out[_SIDECAR_NAMES.get(name, name.title().replace("_", ""))] = params[name]
+        if name == "feature_smoothing_mm":
+            out["FeatureSmoothingChosenByData"] = spec.auto_blur
+    return out
+
+
+#: sidecar keys that are not the option's name in CamelCase
+_SIDECAR_NAMES = {"feature_smoothing_mm": "FeatureSmoothingFWHM"}
 
 
 # --------------------------------------------------------------------------- helpers

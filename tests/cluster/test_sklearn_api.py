@@ -16,6 +16,7 @@ from lsd_dask.cluster import (
     DirectionalClustering,
     HierarchicalLSD,
     KMeans,
+    MeshParcellation,
     MeshWard,
     SemiNMF,
     SoF,
@@ -57,6 +58,7 @@ def _expected(est):
         NMF(3, random_state=0),
         MeshWard(3),
         WardMerge(SphericalKMeans(), 3, random_state=0),
+        MeshParcellation(SphericalKMeans(), 3, random_state=0),
     ],
     expected_failed_checks=_expected,
 )

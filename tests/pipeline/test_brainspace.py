@@ -55,7 +55,11 @@ def test_the_spatial_comparison_pipeline_is_ready_to_run(tmp_path):
 
     cfg = load_config(PIPELINE.with_name("brainspace_spatial.yaml"), output=str(tmp_path))
     names = [
-        (m.name, m.method, m.feature_smoothing_mm, m.spatial_weight, m.oversegment)
+        (
+            m.name,
+            m.method,
+            *(m.options[o] for o in ("feature_smoothing_mm", "spatial_weight", "oversegment")),
+        )
         for m in cfg.methods
     ]
     assert names == [

@@ -70,21 +70,36 @@ def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
         ({"svd": {"rank": True}}, "svd.rank: True is not an integer"),
         ({"random_state": "seed"}, "random_state: 'seed' is not an integer"),
         ({"methods": ["lsd", "wrad"]}, r"methods\[1\]: unknown method 'wrad'"),
-        ({"methods": [{"method": "ward", "spatial_weight": 1}]}, "ward has no Potts term"),
+        (
+            {"methods": [{"method": "ward", "spatial_weight": 1}]},
+            r"methods\[0\]\.spatial_weight: MeshWard has no Potts term",
+        ),
         ({"methods": [{"method": "ward", "smooth": 1}]}, r"unknown key\(s\) \['smooth'\]"),
         ({"methods": ["ward", {"method": "ward"}]}, r"name\(s\) \['ward'\] used twice"),
         ({"methods": [{"method": "lsd", "name": "a/b"}]}, "name 'a/b': use letters"),
-        ({"methods": [{"method": "lsd", "spatial_weight": -1}]}, "spatial_weight: a number >= 0"),
+        (
+            {"methods": [{"method": "lsd", "spatial_weight": -1}]},
+            r"methods\[0\]\.spatial_weight: -1; allowed: a number >= 0",
+        ),
         ({"splits": {"../../x": ["sub-0"], "b": ["sub-1"]}}, "split name '../../x'"),
         ({"mesh": ["lh.surf.gii"]}, "mesh: expected a mapping"),
         ({"features": "US"}, "features must be 'us'"),
-        ({"oversegment": 0.5}, "oversegment: must be >= 1"),
-        ({"methods": [{"method": "lsd", "oversegment": "2"}]}, r"methods\[0\].oversegment: a num"),
-        ({"feature_smoothing_mm": "automatic"}, "feature_smoothing_mm: 'automatic' is not a num"),
-        ({"feature_smoothing_mm": -5}, r"feature_smoothing_mm: must be >= 0 or 'auto'"),
+        ({"oversegment": 0.5}, "^oversegment: 0.5; allowed: a number >= 1"),
+        (
+            {"methods": [{"method": "lsd", "oversegment": "2"}]},
+            r"methods\[0\].oversegment: '2'; allowed: a num",
+        ),
+        (
+            {"feature_smoothing_mm": "automatic"},
+            "^feature_smoothing_mm: 'automatic'; allowed: a number >= 0 or 'auto'",
+        ),
+        (
+            {"feature_smoothing_mm": -5},
+            r"^feature_smoothing_mm: -5; allowed: a number >= 0 or 'auto'",
+        ),
         (
             {"methods": [{"method": "lsd", "feature_smoothing_mm": "Auto"}]},
-            r"methods\[0\].feature_smoothing_mm: a number >= 0 or 'auto', got 'Auto'",
+            r"methods\[0\].feature_smoothing_mm: 'Auto'; allowed: a number >= 0 or 'auto'",
         ),
     ],
 )
@@ -95,11 +110,11 @@ def test_bad_values_name_their_key(folder, change, message):
 
 def test_auto_feature_smoothing_at_the_top_or_per_variant(folder):
     cfg = load_config(_write(folder, feature_smoothing_mm="auto", methods=["lsd", "ward"]))
-    assert [m.feature_smoothing_mm for m in cfg.methods] == ["auto", "auto"]
+    assert [m.options["feature_smoothing_mm"] for m in cfg.methods] == ["auto", "auto"]
     assert all(m.needs_mesh for m in cfg.methods)
     variant = {"method": "lsd", "name": "lsd_fixed", "feature_smoothing_mm": 10}
     cfg = load_config(_write(folder, feature_smoothing_mm="auto", methods=["lsd", variant]))
-    assert [m.feature_smoothing_mm for m in cfg.methods] == ["auto", 10.0]
+    assert [m.options["feature_smoothing_mm"] for m in cfg.methods] == ["auto", 10.0]
 
 
 def test_one_file_under_two_ids(folder):

@@ -241,8 +241,8 @@ def test_feature_smoothing_recomputes_clusters_only_and_follows_the_parcels(
         nmi[mm] = metrics.nmi(truth[keep], labels[keep])
         if mm:
             assert any("[svd] split1 done earlier" in line for line in logs)
-            assert any("recomputing (changed: feature_smoothing" in line for line in logs)
-            assert any("averaging steps" in line for line in logs)
+            assert any("params.feature_smoothing_mm 0.0 -> 15.0" in line for line in logs)
+            assert any("features blurred by 15 mm" in line for line in logs)
     assert nmi[15.0] > nmi[0.0] + 0.1
 
 
@@ -272,7 +272,7 @@ def test_contiguous_option_writes_connected_parcels_and_says_how_many(tmp_path, 
     logs: list[str] = []
     cfg = _config(tmp_path, ks=[10], methods=["directional"], contiguous=True)
     report = run_pipeline(cfg, log=logs.append)
-    assert any("recomputing (changed: contiguous.on false -> true)" in line for line in logs)
+    assert any("params.contiguous false -> true" in line for line in logs), logs
     A = _adjacency(study)
     row = report["scores"][0]
     for i, split in enumerate(("split1", "split2")):
