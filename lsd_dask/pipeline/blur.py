@@ -7,7 +7,7 @@ picks the blur from :data:`lsd_dask.selection.GRID_MM` by held-out parcel homoge
 run's smallest K. The choice and its table go into ``<work>/blur/<split>.json`` (stamped,
 so a run that changes nothing it depends on reuses it) and into ``report.json``. On a
 distributed cluster, features too large to cluster in memory here
-(:data:`~lsd_dask.pipeline.fits.IN_MEMORY_FEATURES_BYTES`) stay on the workers and each
+(:mod:`lsd_dask.pipeline.placement`) stay on the workers and each
 blur is scored there as one task.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -25,82 +26,86 @@ import scipy.sparse as sp
 from .. import __version__
 from ..distributed import active_client
 from ..io.zarr_store import open_split
-from ..linalg import randomized_svd
 from ..selection import GRID_MM, choose_feature_blur
-from ..similarity import unit_rows
-from . import fits
-from ._log import Log
-from .config import PipelineConfig
-from .workdir import WorkDir
+from .placement import features_on_workers
+from .stages import RunContext, Unit
+from .svd import group_svd, svd_features, svd_rank
 
-__all__ = ["stage_blur"]
+__all__ = ["BlurStage"]
 
 
-def stage_blur(
-    cfg: PipelineConfig,
-    splits: list[str],
-    wd: WorkDir,
-    log: Log,
-    mesh: tuple[np.ndarray, sp.csr_matrix] | None,
-) -> dict[str, dict[str, Any]]:
-    """The blur each split chooses, when a method asks for ``feature_smoothing_mm: auto``.
+class BlurStage:
+    """``blur/<split>``: the blur each split chooses, when a method asks for
+    ``feature_smoothing_mm: auto`` (no unit otherwise).
 
-    Returns
-    -------
-    dict
-        Split -> the choice (:meth:`lsd_dask.selection.BlurChoice.to_dict`: ``fwhm_mm``,
-        the grid, each blur's mean held-out error and standard error); empty when no method
-        asks for it.
+    A unit's result is :meth:`lsd_dask.selection.BlurChoice.to_dict`: ``fwhm_mm``, the
+    grid, each blur's mean held-out error and standard error.
     """
-    if not any(m.auto_blur for m in cfg.methods):
-        return {}
-    if mesh is None:  # a method with auto blur needs the mesh: the caller loads it
-        raise ValueError("feature_smoothing_mm: auto needs the mesh.")
-    return {split: _choose(cfg, split, wd, log, mesh) for split in splits}
 
+    name = "blur"
 
-def _choose(
-    cfg: PipelineConfig,
-    split: str,
-    wd: WorkDir,
-    log: Log,
-    mesh: tuple[np.ndarray, sp.csr_matrix],
-) -> dict[str, Any]:
-    V, A = mesh
-    k = min(cfg.ks)
-    path = wd.folder.join("blur", f"{split}.json")
-    key = {
-        "ingest": wd.fingerprint_of(f"ingest/{split}"),
-        "svd": asdict(cfg.svd),
-        "random_state": cfg.random_state,
-        "k": k,
-        "grid_mm": list(GRID_MM),
-        "mesh": _digest(V, A),
-        "lsd_dask": __version__,
-    }
-    if wd.is_current(f"blur/{split}", key, [path]):
-        choice = json.loads(wd.read_text(path))
-        log(f"[blur] {split} done earlier, skipped: {choice['fwhm_mm']:g} mm")
+    def plan(self, ctx: RunContext) -> list[Unit]:
+        if not any(m.auto_blur for m in ctx.cfg.methods):
+            return []
+        V, A = ctx.kept_mesh()
+        cfg, wd = ctx.cfg, ctx.wd
+        return [
+            Unit(
+                f"blur/{split}",
+                {
+                    "ingest": wd.fingerprint_of(f"ingest/{split}"),
+                    "svd": asdict(cfg.svd),
+                    "random_state": cfg.random_state,
+                    "k": min(cfg.ks),
+                    "grid_mm": list(GRID_MM),
+                    "mesh": _digest(V, A),
+                    "lsd_dask": __version__,
+                },
+                [wd.blur(split)],
+                label=split,
+                item=split,
+            )
+            for split in ctx.splits
+        ]
+
+    def load(self, ctx: RunContext, unit: Unit) -> dict[str, Any]:
+        choice: dict[str, Any] = json.loads(ctx.wd.read_text(unit.outputs[0]))
+        ctx.log(f"[blur] {unit.item}: {choice['fwhm_mm']:g} mm, chosen earlier")
         return choice
+
+    def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
+        V, A = ctx.kept_mesh()
+        for unit in todo:
+            yield unit, _choose(ctx, unit.item, V, A)
+
+
+def chosen_blurs(ctx: RunContext) -> dict[str, float]:
+    """Split -> the blur (FWHM, mm) its data chose; empty when no method asked."""
+    return {
+        name.split("/", 1)[1]: float(c["fwhm_mm"])
+        for name, c in ctx.results.get(BlurStage.name, {}).items()
+    }
+
+
+def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dict[str, Any]:
+    cfg, wd, log = ctx.cfg, ctx.wd, ctx.log
+    k = min(cfg.ks)
     st = open_split(wd.store(split), storage_options=wd.folder.storage_options)
     client = active_client()
     features = []
+    remote = False
     for i, half in enumerate(st.column_blocks.halves(), 1):
         n, m = half.shape
-        rank = int(min(cfg.svd.rank, n, m))
+        rank = svd_rank(cfg.svd, n, m)
         # large features stay on the workers, where the blurs are scored as tasks, as the
         # cluster stage's fits are: the client holds none of them
-        remote = client is not None and n * rank * 4 > fits.IN_MEMORY_FEATURES_BYTES
+        remote = client is not None and features_on_workers(client, n * rank * 4)
         log(f"[blur] {split} half {i} of 2: rank {rank} of {n} x {m}")
-        U, s, _ = randomized_svd(
-            half,
-            rank,
-            n_power_iter=cfg.svd.n_power_iter,
-            fuse_passes=cfg.svd.fuse_passes,
-            random_state=cfg.random_state,
+        U, s = group_svd(
+            half, cfg.svd, cfg.random_state,
             progress=lambda line, i=i: log(f"[blur] {split} half {i} {line}"),
-        )
-        F = unit_rows(U * np.asarray(s, U.dtype))
+        )  # fmt: skip
+        F = svd_features(U, s)
         if remote and isinstance(F, da.Array):
             features.append(client.compute(F))
         else:
@@ -114,8 +119,7 @@ def _choose(
         client=client if remote else None,
     )  # fmt: skip
     out = choice.to_dict()
-    wd.write_text(path, json.dumps(out, indent=1))
-    wd.record(f"blur/{split}", key)
+    wd.write_text(wd.blur(split), json.dumps(out, indent=1))
     log(f"[blur] {split}: feature_smoothing_mm auto chose {choice.fwhm_mm:g} mm")
     return out
 

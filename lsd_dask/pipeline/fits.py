@@ -2,7 +2,7 @@
 
 Where a fit runs depends on the features' size and on the cluster:
 
-- **a task per fit** (features over ``IN_MEMORY_FEATURES_BYTES`` on a distributed cluster
+- **a task per fit** (features over :mod:`.placement`'s in-memory size, on a cluster
   whose workers hold them comfortably):
   each worker loads a split's features once (from the shared work folder, copied to every
   worker), and each fit runs as one task in numpy, so independent fits run side by side,
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,75 +29,69 @@ import scipy.sparse as sp
 from .. import __version__
 from ..cluster import MeshParcellation
 from ..distributed import active_client, scattered_rows, show_progress, task_location
-from ..similarity import unit_rows
+from . import placement
 from ._log import Log, bar
+from .blur import chosen_blurs
 from .config import PipelineConfig
 from .methods import MethodSpec
+from .stages import RunContext, Unit
+from .svd import svd_features
 from .workdir import WorkDir
 
 __all__ = [
-    "stage_cluster",
-    "fit_job",
+    "ClusterStage",
+    "FitJob",
     "estimator_key",
-    "IN_MEMORY_FEATURES_BYTES",
-    "FIT_TASK_MEMORY_FACTOR",
+    "fit_job",
 ]
 
-#: features smaller than this are clustered in memory when no cluster is active: a round
-#: trip per iteration costs more than the arithmetic (a full-size study's 64,984 x 1,000
-#: float32 is 260 MB)
-IN_MEMORY_FEATURES_BYTES = 64 * 2**20
-#: a fit runs as one task when every worker's memory limit is at least this many times the
-#: features' bytes (the features, their float64 products with K <= 400 centres, copies)
-FIT_TASK_MEMORY_FACTOR = 8
 
+class ClusterStage:
+    """``cluster/<split>/<method>/K<k>``: every fit's labels on the full surface (0 on
+    masked vertices), saved as ``work/labels/<split>_<method>_K<k>.npy``."""
 
-def stage_cluster(
-    cfg: PipelineConfig,
-    splits: list[str],
-    kept: np.ndarray,
-    wd: WorkDir,
-    log: Log,
-    mesh: tuple[np.ndarray, sp.csr_matrix] | None = None,
-    blur: dict[str, float] | None = None,
-) -> None:
-    """Fit every (split, method, K) whose labels are not current, and save the labels.
+    name = "cluster"
 
-    Parameters
-    ----------
-    mesh : (vertex coordinates, adjacency) of the kept vertices, when a method needs it
-    blur : split -> the blur (FWHM, mm) its data chose, for ``feature_smoothing_mm: auto``
-    """
-    # by split, then by features: each split's features are loaded once per kind
-    jobs = sorted(
-        (
-            fit_job(cfg, split, spec, k, wd, mesh, (blur or {}).get(split))
-            for split in splits
-            for spec in cfg.methods
-            for k in cfg.ks
-        ),
-        key=lambda j: (splits.index(j.split), j.spec.features),
-    )
-    todo = []
-    for j in jobs:
-        if wd.is_current(j.stage, j.key, [j.path]):
-            log(f"[cluster] {j.split} {j.spec.name} K={j.k} done earlier, skipped")
-        else:
-            todo.append(j)
-    if not todo:
-        return
-    client = active_client()
-    if client is not None and _fits_in_a_task(client, wd, todo[0].split):
-        _fit_as_tasks(client, todo, kept, wd, log)
-        return
-    features: dict[Any, Any] = {}
-    for i, j in enumerate(todo, 1):
-        log(f"[cluster] {bar(i - 1, len(todo))} next: {j.split} {j.spec.name} K={j.k}")
-        if j.which not in features:
-            features.clear()  # one set of features in memory at a time (jobs come in order)
-            features[j.which] = _features(wd, j.split, j.spec.features)
-        out = _fit(j.est, features[j.which], kept)
-        _save(wd, j, out, log, bar(i, len(todo)))
+    def plan(self, ctx: RunContext) -> list[Unit]:
+        mesh = ctx.kept_mesh() if any(m.needs_mesh for m in ctx.cfg.methods) else None
+        blur = chosen_blurs(ctx)
+        # by split, then by features: each split's features are loaded once per kind
+        splits = list(ctx.splits)
+        jobs = sorted(
+            (
+                fit_job(ctx.cfg, split, spec, k, ctx.wd, mesh, blur.get(split))
+                for split in splits
+                for spec in ctx.cfg.methods
+                for k in ctx.cfg.ks
+            ),
+            key=lambda j: (splits.index(j.split), j.spec.features),
+        )
+        return [
+            Unit(j.stage, j.key, [j.path], label=f"{j.split} {j.spec.name} K={j.k}", item=j)
+            for j in jobs
+        ]
+
+    def load(self, ctx: RunContext, unit: Unit) -> None:
+        return None
+
+    def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
+        kept, wd, log = ctx.kept, ctx.wd, ctx.log
+        by_job = {id(u.item): u for u in todo}
+        jobs: list[FitJob] = [u.item for u in todo]
+        client = active_client()
+        U = wd.load_npy(wd.u(jobs[0].split), mmap=True)
+        if client is not None and placement.features_on_workers(client, U.nbytes):
+            for j, _out in _fit_as_tasks(client, jobs, kept, wd, log):
+                yield by_job[id(j)], None
+            return
+        features: dict[Any, Any] = {}
+        for i, j in enumerate(jobs, 1):
+            log(f"[cluster] {bar(i - 1, len(jobs))} next: {j.split} {j.spec.name} K={j.k}")
+            if j.which not in features:
+                features.clear()  # one set of features in memory at a time (jobs in order)
+                features[j.which] = _features(wd, j.split, j.spec.features)
+            _save(wd, j, _fit(j.est, features[j.which], kept), log, bar(i, len(jobs)))
+            yield by_job[id(j)], None
 
 
 @dataclass
@@ -191,8 +186,11 @@ def _fit(est: MeshParcellation, F: Any, kept: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _fit_as_tasks(client: Any, todo: list[FitJob], kept: np.ndarray, wd: WorkDir, log: Log) -> None:
-    """Every fit as one task; each features set loaded by a worker, then copied to all."""
+def _fit_as_tasks(
+    client: Any, todo: list[FitJob], kept: np.ndarray, wd: WorkDir, log: Log
+) -> Iterator[tuple[FitJob, dict[str, Any]]]:
+    """Every fit as one task; each features set loaded by a worker, then copied to all.
+    Yields each fit as it finishes, its labels saved."""
     from distributed import as_completed
 
     (shared_kept,) = client.scatter([kept], broadcast=True, hash=False)
@@ -213,7 +211,9 @@ def _fit_as_tasks(client: Any, todo: list[FitJob], kept: np.ndarray, wd: WorkDir
     log(f"[cluster] {len(futures)} fits as tasks on {len(client.nthreads())} workers")
     try:
         for i, fut in enumerate(as_completed(futures), 1):
-            _save(wd, futures[fut], fut.result(), log, bar(i, len(futures)))
+            out = fut.result()
+            _save(wd, futures[fut], out, log, bar(i, len(futures)))
+            yield futures[fut], out
     except BaseException:
         client.cancel(list(futures))
         raise
@@ -238,18 +238,6 @@ def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) 
     )
 
 
-def _fits_in_a_task(client: Any, wd: WorkDir, split: str) -> bool:
-    """Features too large to cluster here in memory, which every worker's memory limit
-    holds FIT_TASK_MEMORY_FACTOR times."""
-    U = wd.load_npy(wd.u(split), mmap=True)
-    if U.nbytes <= IN_MEMORY_FEATURES_BYTES:
-        return False
-    need = FIT_TASK_MEMORY_FACTOR * U.shape[0] * U.shape[1] * 4
-    info = client.scheduler_info(n_workers=-1)["workers"].values()
-    limits = [int(w.get("memory_limit") or 0) for w in info]
-    return bool(limits) and all(m == 0 or m >= need for m in limits)
-
-
 def _task_features(root: str, storage_options: Any, split: str, kind: str) -> np.ndarray:
     """A split's features in this worker's memory (it reads the shared work folder)."""
     wd = WorkDir(root, lambda line: None, storage_options)
@@ -260,11 +248,10 @@ def _features(wd: WorkDir, split: str, kind: str = "us", *, in_memory: bool = Fa
     """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``): numpy when small or
     ``in_memory``, else a dask array persisted on the workers."""
     U = wd.load_npy(wd.u(split), mmap=True)
-    scale = wd.load_npy(wd.s(split)).astype(U.dtype) if kind == "us" else None
-    if in_memory or U.nbytes <= IN_MEMORY_FEATURES_BYTES:
+    if in_memory or U.nbytes <= placement.IN_MEMORY_FEATURES_BYTES:
         F = np.asarray(U)
     else:
         # sent to the workers once, not embedded in every graph that reads them
         F = scattered_rows(U, max(1, min(U.shape[0], 16384)))
-    F = unit_rows(F if scale is None else F * scale)
+    F = svd_features(F, wd.load_npy(wd.s(split)), kind)
     return F.persist() if isinstance(F, da.Array) else F

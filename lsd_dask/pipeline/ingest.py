@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import platform
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -27,118 +27,136 @@ import numpy as np
 
 from .. import __version__
 from ..distributed import active_client, show_progress, task_location
-from ..io.surface_files import load_subject, subject_t_r
+from ..io.surface_files import load_subject
 from ..io.zarr_store import SplitWriter, build_split
+from ..surface import smoothing_steps
 from ._log import Log, bar
 from .config import PipelineConfig
-from .preprocess import clean_subject, read_confounds
+from .preprocess import preprocess_subject, subject_t_r_of
+from .stages import RunContext, Unit
 from .workdir import WorkDir, file_identity, fingerprint
 
-__all__ = ["stage_mask_and_ingest", "subject_t_r_of"]
+__all__ = ["IngestStage", "check_kept"]
 
 #: what the mask's record keeps of each subject
 _COUNTS = ("constant", "nonfinite", "timepoints")
 
 
-def stage_mask_and_ingest(
-    cfg: PipelineConfig,
-    splits: dict[str, list[str]],
-    wd: WorkDir,
-    log: Log,
-    sizes: list[int],
-    smoothing: Callable[[np.ndarray], tuple[int, Any]] | None = None,
-    check: Callable[[np.ndarray], None] | None = None,
-) -> dict[str, Any]:
-    """Write the mask and every split store that is not current; return the mask's record.
+class IngestStage:
+    """``mask`` and ``ingest/<split>``: one pass that reads every subject once.
 
-    Parameters
-    ----------
-    splits : split name -> subject ids
-    sizes : vertices per hemisphere (the meshes')
-    smoothing : kept mask -> (averaging steps, mesh adjacency of the kept vertices), when
-        ``preprocess.smoothing_mm`` asks for blurring along the mesh
-    check : called with the kept mask as soon as it is known, before any store is
-        completed; it raises to stop the run (for example, K above the kept vertices)
+    The mask unit's result is its record (vertices masked per subject); an ingest unit's
+    is None (its output is the split's store).
     """
-    check = check or (lambda kept: None)
-    mask_key = _mask_key(cfg, sizes)
-    mask_current = wd.is_current("mask", mask_key, [wd.mask, wd.mask_info])
-    by_id = {s.subject: s for s in cfg.subjects}
-    ingest_keys = {
-        split: _ingest_key(cfg, fingerprint(mask_key), [by_id[i] for i in ids])
-        for split, ids in splits.items()
-    }
-    need = [
-        split
-        for split, key in ingest_keys.items()
-        if not wd.is_current(f"ingest/{split}", key, [wd.store(split)])
-    ]
-    for split in splits:
-        if split not in need:
-            log(f"[ingest] {split} done earlier, skipped")
-    if mask_current:
-        log("[mask] done earlier, skipped")
-        check(wd.load_npy(wd.mask))
-        if not need:
-            return json.loads(wd.read_text(wd.mask_info))
-    kept: np.ndarray | None = None
-    info: dict[str, Any] | None = None
-    if mask_current:
-        kept = wd.load_npy(wd.mask)
-        info = json.loads(wd.read_text(wd.mask_info))
-    elif smoothing is not None:  # the mask must be known before vertices are mixed
-        stats = _run(cfg, [(s, None) for s in cfg.subjects], sizes, None, None, log, "mask")
-        kept, info = _combine(cfg, stats, sizes)
-        _save_mask(wd, kept, info, mask_key)
-        check(kept)
-    smoothing_op = smoothing(kept) if smoothing is not None else None
 
-    with ExitStack() as stack:
-        writers: dict[str, SplitWriter] = {}
-        for split in need:
-            writers[split] = stack.enter_context(
-                build_split(
-                    wd.store(split),
-                    n_rows=int(kept.sum()) if kept is not None else sum(sizes),
-                    overwrite=True,
-                    storage_options=wd.folder.storage_options,
+    name = "ingest"
+
+    def plan(self, ctx: RunContext) -> list[Unit]:
+        cfg, wd = ctx.cfg, ctx.wd
+        mask_key = _mask_key(cfg, ctx.sizes)
+        by_id = {s.subject: s for s in cfg.subjects}
+        return [
+            Unit("mask", mask_key, [wd.mask, wd.mask_info]),
+            *(
+                Unit(
+                    f"ingest/{split}",
+                    _ingest_key(cfg, fingerprint(mask_key), [by_id[i] for i in ids]),
+                    [wd.store(split)],
+                    label=split,
+                    item=split,
                 )
-            )
-        jobs = [
-            (by_id[i], (writers[split], j)) for split in need for j, i in enumerate(splits[split])
+                for split, ids in ctx.splits.items()
+            ),
         ]
-        stats = _run(cfg, jobs, sizes, kept, smoothing_op, log, "ingest")
-        stored_rows = "kept" if kept is not None else "surface"
-        if kept is None:
+
+    def load(self, ctx: RunContext, unit: Unit) -> dict[str, Any] | None:
+        if unit.name != "mask":
+            return None
+        check_kept(ctx, ctx.kept)
+        info: dict[str, Any] = json.loads(ctx.wd.read_text(ctx.wd.mask_info))
+        return info
+
+    def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
+        cfg, wd, log, sizes = ctx.cfg, ctx.wd, ctx.log, ctx.sizes
+        mask_unit = todo[0] if todo[0].name == "mask" else None
+        need = [u for u in todo if u is not mask_unit]
+        kept: np.ndarray | None = None
+        info: dict[str, Any] | None = None
+        if mask_unit is None:
+            kept = ctx.kept
+        elif cfg.preprocess.smoothing_mm > 0 or len(need) < len(ctx.splits):
+            # the mask needs every subject's statistics, and must be known before a blur
+            # mixes vertices: a pass of its own when not every split is ingested again
+            stats = _run(cfg, [(s, None) for s in cfg.subjects], sizes, None, None, log, "mask")
             kept, info = _combine(cfg, stats, sizes)
-            _check_flat(stats, kept)
-            _save_mask(wd, kept, info, mask_key)
-            check(kept)
-        assert info is not None
-        for split, w in writers.items():
-            ids = splits[split]
-            w.finish(
-                ids,
-                [int(stats[i]["timepoints"]) for i in ids],
-                vertex_mask=kept,
-                rows=stored_rows,
+            _save_mask(wd, kept, info)
+            check_kept(ctx, kept)
+            yield mask_unit, info
+            mask_unit = None
+        smoothing = _smoothing(ctx, kept) if cfg.preprocess.smoothing_mm > 0 else None
+        by_id = {s.subject: s for s in cfg.subjects}
+        with ExitStack() as stack:
+            writers: dict[str, SplitWriter] = {}
+            for u in need:
+                writers[u.item] = stack.enter_context(
+                    build_split(
+                        wd.store(u.item),
+                        n_rows=int(kept.sum()) if kept is not None else sum(sizes),
+                        overwrite=True,
+                        storage_options=wd.folder.storage_options,
+                    )
+                )
+            jobs = [
+                (by_id[i], (writers[split], j))
+                for split in writers
+                for j, i in enumerate(ctx.splits[split])
+            ]
+            stats = _run(cfg, jobs, sizes, kept, smoothing, log, "ingest")
+            stored_rows = "kept" if kept is not None else "surface"
+            if kept is None:
+                kept, info = _combine(cfg, stats, sizes)
+                _check_flat(stats, kept)
+                _save_mask(wd, kept, info)
+                check_kept(ctx, kept)
+            for split, w in writers.items():
+                ids = ctx.splits[split]
+                w.finish(
+                    ids,
+                    [int(stats[i]["timepoints"]) for i in ids],
+                    vertex_mask=kept,
+                    rows=stored_rows,
+                )
+        if mask_unit is not None:
+            yield mask_unit, info
+        for u in need:
+            yield u, None
+
+
+def check_kept(ctx: RunContext, kept: np.ndarray) -> None:
+    """Report the mask; every K must fit in the kept vertices."""
+    ctx.log(
+        f"[mask] {int((~kept).sum())} of {kept.size} vertices masked "
+        f"(constant or non-finite in some subject)"
+    )
+    n_kept = int(kept.sum())
+    for k in ctx.cfg.ks:
+        if k > n_kept:
+            raise ValueError(
+                f"K={k} is larger than the {n_kept} unmasked vertices (of {kept.size}); "
+                "lower ks (--k)."
             )
-    for split in need:
-        wd.record(f"ingest/{split}", ingest_keys[split])
-    return info
 
 
-def subject_t_r_of(cfg: PipelineConfig, s: Any) -> float:
-    """The subject's TR: ``preprocess.t_r``, else its file's."""
-    if cfg.preprocess.t_r is not None:
-        return cfg.preprocess.t_r
-    tr = subject_t_r(s)
-    if tr is None:
-        raise ValueError(
-            f"subject {s.subject}: a band-pass needs the repetition time and "
-            f"{', '.join(str(p) for p in s.paths)} states none; set preprocess.t_r (seconds)."
-        )
-    return tr
+def _smoothing(ctx: RunContext, kept: np.ndarray | None) -> tuple[int, Any]:
+    """(averaging steps, adjacency of the kept vertices) for ``preprocess.smoothing_mm``."""
+    assert kept is not None  # the mask is computed first when subjects are blurred
+    V, A = ctx.kept_mesh(kept)
+    steps = smoothing_steps(V, A, ctx.cfg.preprocess.smoothing_mm)
+    ctx.log(
+        f"[ingest] each subject blurred along the mesh: FWHM "
+        f"{ctx.cfg.preprocess.smoothing_mm:g} mm ({steps} averaging steps)"
+    )
+    return steps, A
 
 
 def _mask_key(cfg: PipelineConfig, sizes: list[int]) -> dict[str, Any]:
@@ -166,7 +184,7 @@ def _ingest_key(cfg: PipelineConfig, mask_fingerprint: str, subjects: list[Any])
         if pp.confounds is not None:
             key["confound_files"] = [file_identity(pp.confound_path(i)) for i in ids]
         if pp.band_pass:
-            key["t_r"] = [subject_t_r_of(cfg, s) for s in subjects]
+            key["t_r"] = [subject_t_r_of(cfg.preprocess, s) for s in subjects]
     return key
 
 
@@ -290,7 +308,7 @@ def _read_subject(
     if kept is not None:
         x = x[kept]
     if cfg.preprocess.active:
-        x = _preprocess(cfg, s, x.astype(np.float64), smoothing)
+        x = preprocess_subject(cfg.preprocess, s, x.astype(np.float64), smoothing)
     x, flat = _standardise(x)
     # a vertex the mask drops (bad here) stays 0; a good one flattened by preprocessing
     # is an error once the mask says it is kept
@@ -325,23 +343,6 @@ def _aborted(name: str | None) -> bool:
     from distributed import Event
 
     return Event(name).is_set()
-
-
-def _preprocess(
-    cfg: PipelineConfig, s: Any, x: np.ndarray, smoothing: tuple[int, Any] | None
-) -> np.ndarray:
-    pp = cfg.preprocess
-    confounds = None
-    if pp.confounds is not None:
-        confounds = read_confounds(
-            pp.confound_path(s.subject),
-            pp.confound_columns,
-            s.subject,
-            n_timepoints=x.shape[1],
-            time_slice=s.time_slice,
-        )
-    tr = subject_t_r_of(cfg, s) if pp.band_pass else None
-    return clean_subject(x, pp, t_r=tr, confounds=confounds, smoothing=smoothing)
 
 
 def _combine(
@@ -384,7 +385,6 @@ def _raise_flat(subject: str, count: int, first: int) -> None:
     )
 
 
-def _save_mask(wd: WorkDir, kept: np.ndarray, info: dict[str, Any], key: dict[str, Any]) -> None:
+def _save_mask(wd: WorkDir, kept: np.ndarray, info: dict[str, Any]) -> None:
     wd.save_npy(wd.mask, kept)
     wd.write_text(wd.mask_info, json.dumps(info))
-    wd.record("mask", key)

@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["PreprocessSettings", "clean_subject", "read_confounds"]
+from ..io.surface_files import SubjectFiles, subject_t_r
+
+__all__ = [
+    "PreprocessSettings",
+    "clean_subject",
+    "preprocess_subject",
+    "read_confounds",
+    "subject_t_r_of",
+]
 
 
 @dataclass(frozen=True)
@@ -208,3 +216,34 @@ def _number(v: Any, key: str, low: float, *, strict: bool = False) -> float:
         rel = ">" if strict else ">="
         raise ValueError(f"{key}: a number {rel} {low:g}, got {v!r}.")
     return float(v)
+
+
+def subject_t_r_of(pp: PreprocessSettings, s: SubjectFiles) -> float:
+    """The subject's TR: ``preprocess.t_r``, else its file's."""
+    if pp.t_r is not None:
+        return pp.t_r
+    tr = subject_t_r(s)
+    if tr is None:
+        raise ValueError(
+            f"subject {s.subject}: a band-pass needs the repetition time and "
+            f"{', '.join(str(p) for p in s.paths)} states none; set preprocess.t_r (seconds)."
+        )
+    return tr
+
+
+def preprocess_subject(
+    pp: PreprocessSettings, s: SubjectFiles, x: np.ndarray, smoothing: tuple[int, Any] | None
+) -> np.ndarray:
+    """One subject's time series (n_vertices × T, float64) through ``preprocess``: its
+    confounds read, its TR found, then :func:`clean_subject`."""
+    confounds = None
+    if pp.confounds is not None:
+        confounds = read_confounds(
+            pp.confound_path(s.subject),
+            pp.confound_columns,
+            s.subject,
+            n_timepoints=x.shape[1],
+            time_slice=s.time_slice,
+        )
+    tr = subject_t_r_of(pp, s) if pp.band_pass else None
+    return clean_subject(x, pp, t_r=tr, confounds=confounds, smoothing=smoothing)

@@ -20,10 +20,30 @@ from typing import Any
 import numpy as np
 
 from .. import metrics
-from ..spin import spin_labels
+from ..spin import find_spheres, spin_indices, spin_labels
 from ..surface import grow_sized_regions, split_connected
+from .stages import RunContext
 
-__all__ = ["explain_scores", "score_pair"]
+__all__ = ["explain_scores", "score_pair", "score_run"]
+
+
+def score_run(ctx: RunContext) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Split-half scores of every method and K, and what they were computed on (the
+    report's ``scores`` and ``scores_explained``)."""
+    cfg = ctx.cfg
+    sphere = find_spheres(ctx.meshes, cfg.sphere)
+    spins = None
+    if sphere["spheres"] is not None and cfg.null_repeats > 0:
+        spins = spin_indices(
+            sphere["spheres"], cfg.null_repeats, random_state=[cfg.random_state, 1]
+        )
+    explained = explain_scores(
+        min_region_size=cfg.min_region_size,
+        null_repeats=cfg.null_repeats,
+        spin_source=sphere["source"] if spins else None,
+        n_spins=len(spins or []),
+    )
+    return _scores(ctx, spins), explained
 
 
 def score_pair(
@@ -109,3 +129,33 @@ def _dice(pa: np.ndarray, q: np.ndarray) -> float:
 
 def _nmi(pa: np.ndarray, q: np.ndarray) -> float:
     return metrics.nmi(pa, q, background=0)
+
+
+def _scores(ctx: RunContext, spins: list[np.ndarray] | None) -> list[dict[str, Any]]:
+    """Split-half scores of every method and K (:func:`.scores.score_pair`)."""
+    cfg, wd, log, kept, A = ctx.cfg, ctx.wd, ctx.log, ctx.kept, ctx.adjacency
+    splits = list(ctx.splits)
+    rows = []
+    for method in (m.name for m in cfg.methods):
+        for k in cfg.ks:
+            a, b = (wd.load_npy(wd.labels(s, method, k)) for s in splits)
+            row = {"method": method, "k": k}
+            row |= score_pair(
+                a,
+                b,
+                kept=kept,
+                adjacency=A,
+                min_region_size=cfg.min_region_size,
+                null_repeats=cfg.null_repeats,
+                seed=[cfg.random_state, k],
+                spins=spins,
+            )
+            rows.append(row)
+            spin = f", spin null {row['spin_null_dice_mean']:.3f}" if spins else ""
+            log(
+                f"[scores] {method} K={k}: Dice {row['dice']:.3f} (null "
+                f"{row['null_dice_mean']:.3f} ± {row['null_dice_sd']:.3f}{spin}), NMI "
+                f"{row['nmi']:.3f} (null {row['null_nmi_mean']:.3f}), AMI {row['ami']:.3f}, "
+                f"ARI {row['ari']:.3f}"
+            )
+    return rows

@@ -77,6 +77,9 @@ class WorkDir:
     def s(self, split: str) -> str:
         return self.folder.join(f"{split}_s.npy")
 
+    def blur(self, split: str) -> str:
+        return self.folder.join("blur", f"{split}.json")
+
     def labels(self, split: str, method: str, k: int) -> str:
         return self.folder.join("labels", f"{split}_{method}_K{k}.npy")
 

@@ -8,16 +8,15 @@ from distributed import Client
 from lsd_dask.io import open_split
 from lsd_dask.io.surface_files import SubjectFiles, load_subject, write_zarr_subject
 from lsd_dask.pipeline import load_config, write_study
-from lsd_dask.pipeline.ingest import stage_mask_and_ingest
+from lsd_dask.pipeline.ingest import IngestStage
 from lsd_dask.pipeline.run import preflight
-from lsd_dask.pipeline.workdir import WorkDir
+from lsd_dask.pipeline.stages import RunContext, run_stage
 
 
 def _ingest(cfg, log):
-    _, sizes = preflight(cfg)
-    wd = WorkDir(cfg.work_url, log, cfg.storage_options)
-    stage_mask_and_ingest(cfg, cfg.resolved_splits(), wd, log, sizes)
-    return wd
+    ctx = RunContext.open(cfg, log, preflight(cfg)[0])
+    run_stage(IngestStage(), ctx)
+    return ctx.wd
 
 
 def test_workers_ingest_and_a_vertex_masked_by_the_last_subject_is_dropped(

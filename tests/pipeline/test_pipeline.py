@@ -43,9 +43,9 @@ def _config(folder, **over):
 @pytest.mark.parametrize("fmt", ["gifti", "cifti", "zarr"])
 def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     if fmt == "cifti":  # cluster dask features (the full-scale path) in one of the two runs
-        import lsd_dask.pipeline.fits as fits_mod
+        import lsd_dask.pipeline.placement as placement
 
-        monkeypatch.setattr(fits_mod, "IN_MEMORY_FEATURES_BYTES", 0)
+        monkeypatch.setattr(placement, "IN_MEMORY_FEATURES_BYTES", 0)
     folder = tmp_path / fmt
     write_study(study, folder, fmt=fmt)
     cfg = _config(folder, ks=[5, 10], methods=["directional", "hierarchical_lsd"])
@@ -214,9 +214,9 @@ def test_feature_smoothing_recomputes_clusters_only_and_follows_the_parcels(
     the planted parcels; changing it recomputes the cluster stage, not the SVD."""
 
     if dask_features:
-        import lsd_dask.pipeline.fits as fits_mod
+        import lsd_dask.pipeline.placement as placement
 
-        monkeypatch.setattr(fits_mod, "IN_MEMORY_FEATURES_BYTES", 0)
+        monkeypatch.setattr(placement, "IN_MEMORY_FEATURES_BYTES", 0)
     # parcels of ~400 vertices on a finer mesh, buried in noise: a blur of 15 mm (a few
     # mesh edges) averages the noise within parcels more than it mixes their borders
     noisy = surface_study(

@@ -118,14 +118,12 @@ def test_a_killed_svd_worker_says_what_memory_the_rank_needs(tmp_path):
     assert need > 200 * 2**20  # the premise: one task does not fit
     import dask
 
-    from lsd_dask.pipeline.ingest import stage_mask_and_ingest
+    from lsd_dask.pipeline.ingest import IngestStage
     from lsd_dask.pipeline.run import preflight
-    from lsd_dask.pipeline.workdir import WorkDir
+    from lsd_dask.pipeline.stages import RunContext, run_stage
 
     # the stores are written first, here: the test is about the SVD's memory
-    _, sizes = preflight(cfg)
-    wd = WorkDir(cfg.work_url, lambda s: None, cfg.storage_options)
-    stage_mask_and_ingest(cfg, cfg.resolved_splits(), wd, lambda s: None, sizes)
+    run_stage(IngestStage(), RunContext.open(cfg, lambda s: None, preflight(cfg)[0]))
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with connect(cfg.cluster, log=None):
             with pytest.raises(MemoryError) as info:

@@ -1,0 +1,118 @@
+"""Checks before any heavy work: the output folder writable, every input file there, the
+meshes and every subject's vertex counts in agreement, K and the LSD rank possible, the
+preprocessing's confounds and band-pass readable (headers only)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..io.storage import Folder, is_local
+from ..io.surface_files import HEMISPHERES, load_mesh, vertex_counts
+from ..surface import Mesh
+from .config import PipelineConfig
+from .preprocess import read_confounds, subject_t_r_of
+
+__all__ = ["preflight"]
+
+
+def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
+    """Checks before any heavy work: output writable, files present, meshes match the data."""
+    out = cfg.output
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise PermissionError(f"output folder {out} is not writable: {err}") from err
+    _check_work_folder(cfg)
+    missing = [str(p) for s in cfg.subjects for p in s.paths if not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} input file(s) missing, first: {missing[0]}")
+    if set(cfg.mesh) != set(HEMISPHERES):
+        raise ValueError("mesh needs a 'left' and a 'right' GIFTI surface.")
+    meshes = {h: load_mesh(cfg.mesh[h]) for h in HEMISPHERES}
+    sizes = [meshes[h].n_vertices for h in HEMISPHERES]
+    # headers only: vertex counts of every subject against the meshes
+    for s in cfg.subjects:
+        try:
+            counts = vertex_counts(s)
+        except Exception as err:  # nibabel and zarr raise many kinds on a damaged file
+            raise ValueError(
+                f"subject {s.subject}: cannot read the header of "
+                f"{', '.join(str(p) for p in s.paths)} ({type(err).__name__}: {err})."
+            ) from err
+        if counts != sizes:
+            raise ValueError(
+                f"subject {s.subject} has {counts} vertices per hemisphere but the meshes have "
+                f"{sizes}; all files must be on the same surface."
+            )
+    n = sum(sizes)
+    too_big = [k for k in cfg.ks if k > n]
+    if too_big:
+        raise ValueError(f"K={too_big[0]} is larger than the number of vertices ({n}).")
+    _check_lsd_rank(cfg)
+    _check_preprocess(cfg)
+    for key in ("sphere", "display_mesh"):
+        for h, n in zip(HEMISPHERES, sizes, strict=True):
+            path = (getattr(cfg, key) or {}).get(h)
+            found = None if path is None else load_mesh(path).n_vertices
+            if found is not None and found != n:
+                raise ValueError(
+                    f"{key}.{h} ({path}) has {found} vertices; the {h} mesh has {n}. It "
+                    "must match the mesh vertex for vertex."
+                )
+    return meshes, sizes
+
+
+def _check_preprocess(cfg: PipelineConfig) -> None:
+    """Confound files and columns, and a TR for a band-pass, per subject (headers only)."""
+    pp = cfg.preprocess
+    for s in cfg.subjects:
+        if pp.confounds is not None:
+            path = pp.confound_path(s.subject)
+            read_confounds(path, pp.confound_columns, s.subject, time_slice=s.time_slice)
+        if pp.band_pass:
+            tr = subject_t_r_of(pp, s)
+            nyquist = 0.5 / tr
+            for edge in ("high_pass", "low_pass"):
+                hz = getattr(pp, edge)
+                if hz is not None and hz >= nyquist:
+                    raise ValueError(
+                        f"subject {s.subject}: preprocess.{edge} = {hz} Hz is at or above the "
+                        f"Nyquist frequency {nyquist:.4g} Hz of its TR ({tr:g} s)."
+                    )
+
+
+def _check_work_folder(cfg: PipelineConfig) -> None:
+    """A work URL must take a write from here before anything runs (credentials, bucket)."""
+    if is_local(cfg.work_url):
+        return
+    folder = Folder(cfg.work_url, cfg.storage_options)
+    probe = folder.join(f".write-test-{os.getpid()}")
+    try:
+        folder.write_text(probe, "ok")
+        folder.remove(probe)
+    except Exception as err:  # fsspec back ends raise their own kinds (botocore, gcsfs...)
+        raise PermissionError(
+            f"work folder {cfg.work_url} is not writable: {type(err).__name__}: {err}"
+        ) from err
+
+
+def _check_lsd_rank(cfg: PipelineConfig) -> None:
+    """LSD on cosine similarity of rank-r features forms at most r clusters: say so before
+    the SVD, not after it (the rank can only be lower than svd.rank, never higher)."""
+    from ..cluster.lsd import max_clusters
+
+    if not any(m.method == "lsd" for m in cfg.methods):
+        return
+    rank = cfg.svd.rank
+    limit = max_clusters("cosine", rank)
+    over = [k for k in cfg.ks if k > limit]
+    if over:
+        raise ValueError(
+            f"method lsd with K={over[0]}: LSD's cosine similarity of the rank-{rank} SVD "
+            f"features forms at most {limit} clusters. Raise svd.rank (--rank) to at least "
+            f"{max(over)}, or drop K values above {limit} (--k)."
+        )

@@ -1,0 +1,169 @@
+"""The SVD stage: per split, the leading left singular vectors of the split's store; and
+the pipeline's one SVD call and one feature builder, which the blur stage uses too.
+
+A split's features are unit rows of U·Σ (or of U): :func:`svd_features`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+from distributed import KilledWorker
+
+from ..distributed import active_client
+from ..io.zarr_store import open_split, verify_split
+from ..linalg import randomized_svd, streaming_svd
+from ..linalg.randomized import svd_task_bytes
+from ..similarity import unit_rows
+from .config import SvdSettings
+from .stages import RunContext, Unit
+
+__all__ = ["SvdStage", "group_svd", "svd_features"]
+
+
+class SvdStage:
+    """``svd/<split>``: U (float32) and the singular values of each split's store."""
+
+    name = "svd"
+
+    def plan(self, ctx: RunContext) -> list[Unit]:
+        wd = ctx.wd
+        return [
+            Unit(
+                f"svd/{split}",
+                {
+                    "ingest": wd.fingerprint_of(f"ingest/{split}"),
+                    "svd": asdict(ctx.cfg.svd),
+                    "random_state": ctx.cfg.random_state,
+                },
+                [wd.u(split), wd.s(split)],
+                label=split,
+                item=split,
+            )
+            for split in ctx.splits
+        ]
+
+    def load(self, ctx: RunContext, unit: Unit) -> dict[str, Any]:
+        s = ctx.wd.load_npy(ctx.wd.s(unit.item))
+        return {"rank": int(s.size), "method": ctx.cfg.svd.method}
+
+    def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
+        for unit in todo:
+            yield unit, self._one(ctx, unit.item)
+
+    def _one(self, ctx: RunContext, split: str) -> dict[str, Any]:
+        cfg, wd, log = ctx.cfg, ctx.wd, ctx.log
+        options = wd.folder.storage_options
+        _verify_on_workers(wd.store(split), options)
+        st = open_split(wd.store(split), storage_options=options)
+        n, m = st.data.shape
+        rank = svd_rank(cfg.svd, n, m)
+        t0 = time.perf_counter()
+        log(f"[svd] {split}: rank {rank} of {n} x {m} ({cfg.svd.method})")
+        if rank > m // 2:
+            log(
+                f"[svd] warning: rank {rank} keeps more than half of the {m} time points; the "
+                "features approach whitened data (the paper keeps 1,000 of 33,000). Lower "
+                "svd.rank."
+            )
+        if cfg.svd.method == "streaming":
+            cols = np.cumsum([0, *st.timepoints])
+            blocks = (st.data[:, a:b] for a, b in zip(cols[:-1], cols[1:], strict=True))
+            U, s, _ = streaming_svd(blocks, rank, n_keep=cfg.svd.n_keep)
+        else:
+            try:
+                U, s = group_svd(
+                    st.column_blocks,  # tasks read their own column blocks
+                    cfg.svd,
+                    cfg.random_state,
+                    progress=lambda line: log(f"[svd] {split} {line}"),
+                )
+                U = U.compute()
+            except KilledWorker as err:
+                raise MemoryError(_memory_message(split, n, max(st.timepoints), rank)) from err
+        U, s = np.asarray(U), np.asarray(s)
+        if not (np.isfinite(U).all() and np.isfinite(s).all()) or not np.any(s > 0):
+            raise ValueError(
+                f"the SVD of {split} is all-zero or non-finite: the data read from "
+                f"{wd.store(split)} are not what ingest wrote (is the work folder shared with "
+                "every worker?)."
+            )
+        wd.save_npy(wd.u(split), np.asarray(U, np.float32))
+        wd.save_npy(wd.s(split), np.asarray(s, np.float64))
+        return {
+            "rank": rank,
+            "method": cfg.svd.method,
+            "seconds": time.perf_counter() - t0,
+            "top_singular_values": [float(v) for v in np.asarray(s)[:10]],
+        }
+
+
+def svd_rank(settings: SvdSettings, n: int, m: int) -> int:
+    """The rank an SVD of an n × m matrix keeps: ``svd.rank``, at most min(n, m)."""
+    return int(min(settings.rank, n, m))
+
+
+def group_svd(
+    source: Any,
+    settings: SvdSettings,
+    random_state: int,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Any, Any]:
+    """The randomized SVD of a split (or part of one) at the run's settings: ``(U, s)``,
+    U lazy as :func:`~lsd_dask.linalg.randomized_svd` returns it.
+
+    ``source`` is anything :func:`~lsd_dask.linalg.randomized_svd` reads (a store's column
+    blocks, their halves).
+    """
+    n, m = source.shape
+    U, s, _ = randomized_svd(
+        source,
+        svd_rank(settings, n, m),
+        n_power_iter=settings.n_power_iter,
+        fuse_passes=settings.fuse_passes,
+        random_state=random_state,
+        progress=progress,
+    )
+    return U, s
+
+
+def svd_features(U: Any, s: Any, kind: str = "us") -> Any:
+    """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``), in U's float type; numpy or
+    dask as U is."""
+    if kind == "us":
+        return unit_rows(U * np.asarray(s).astype(U.dtype))
+    return unit_rows(U)
+
+
+def _memory_message(split: str, n: int, block: int, rank: int) -> str:
+    """What a lost SVD worker needed, against what each worker thread has."""
+    need = svd_task_bytes(n, block, rank)
+    client = active_client()
+    have = ""
+    if client is not None:
+        per_thread = [
+            w["memory_limit"] / max(w["nthreads"], 1)
+            for w in client.scheduler_info()["workers"].values()
+            if w.get("memory_limit")
+        ]
+        if per_thread:
+            have = f"; the workers have {min(per_thread) / 2**20:.0f} MB per thread"
+    return (
+        f"the SVD of {split} lost its workers (KilledWorker): at svd.rank {rank} each SVD task "
+        f"holds about {need / 2**20:.0f} MB ({n} vertices x (2 x (rank + 10) + {block}) "
+        f"float32){have}. Give the workers more memory per thread (memory_limit, or fewer "
+        "threads per worker) or lower svd.rank (--rank)."
+    )
+
+
+def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:
+    """The split store complete as every worker sees it (a missing chunk would read as 0)."""
+    client = active_client()
+    if client is None:
+        verify_split(store, storage_options=storage_options)
+    else:
+        client.run(verify_split, store, storage_options=storage_options)

@@ -1,0 +1,127 @@
+"""The stage contract's runner, once for every stage: skip what is current, compute the
+rest together, record each unit as the stage yields it, recompute on a changed key or a
+missing output; and a new stage runs in a real pipeline from one line in the stage list."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lsd_dask.pipeline import load_config, run_pipeline, write_study
+from lsd_dask.pipeline.stages import RunContext, Unit, run_stage
+from lsd_dask.pipeline.workdir import WorkDir
+
+
+class Squares:
+    """A toy stage: unit i writes i² to a file; ``fail_after`` stops it part-way."""
+
+    name = "squares"
+
+    def __init__(self, n=3, salt=0, fail_after=None):
+        self.n, self.salt, self.fail_after = n, salt, fail_after
+        self.computed: list[list[str]] = []
+
+    def plan(self, ctx):
+        return [
+            Unit(f"squares/{i}", {"i": i, "salt": self.salt}, [ctx.wd.folder.join(f"sq{i}.json")],
+                 label=f"unit {i}", item=i)
+            for i in range(self.n)
+        ]  # fmt: skip
+
+    def load(self, ctx, unit):
+        return json.loads(ctx.wd.read_text(unit.outputs[0]))
+
+    def compute(self, ctx, todo):
+        self.computed.append([u.name for u in todo])
+        for done, u in enumerate(reversed(todo)):  # any order: the runner keeps the plan's
+            if self.fail_after is not None and done == self.fail_after:
+                raise RuntimeError("interrupted")
+            ctx.wd.write_text(u.outputs[0], json.dumps(u.item**2 + self.salt))
+            yield u, u.item**2 + self.salt
+
+
+def _ctx(tmp_path, logs):
+    return RunContext(cfg=None, wd=WorkDir(tmp_path / "work", logs.append), log=logs.append,
+                      meshes={})  # fmt: skip
+
+
+def test_skips_current_units_and_computes_the_rest_together(tmp_path):
+    logs: list[str] = []
+    ctx = _ctx(tmp_path, logs)
+    stage = Squares()
+    assert run_stage(stage, ctx) == {"squares/0": 0, "squares/1": 1, "squares/2": 4}
+    assert list(ctx.results["squares"]) == ["squares/0", "squares/1", "squares/2"]
+    assert stage.computed == [["squares/0", "squares/1", "squares/2"]]
+    # a second run computes nothing and loads every result
+    again = Squares()
+    assert run_stage(again, ctx) == {"squares/0": 0, "squares/1": 1, "squares/2": 4}
+    assert again.computed == []
+    assert "[squares] unit 1 done earlier, skipped" in logs
+    # a missing output and a changed key are computed again, alone
+    (tmp_path / "work" / "sq1.json").unlink()
+    third = Squares()
+    run_stage(third, ctx)
+    assert third.computed == [["squares/1"]]
+    salted = Squares(salt=10)
+    assert run_stage(salted, ctx)["squares/2"] == 14
+    assert any("squares/0: recomputing (changed: salt 0 -> 10)" in line for line in logs)
+
+
+def test_an_interrupted_stage_records_only_what_it_yielded(tmp_path):
+    ctx = _ctx(tmp_path, [])
+    with pytest.raises(RuntimeError, match="interrupted"):
+        run_stage(Squares(fail_after=1), ctx)
+    stamps = sorted(p.name for p in (tmp_path / "work" / "stamps").iterdir())
+    assert stamps == ["squares__2.json"]  # the unit it yielded (its output written)
+    resumed = Squares()
+    assert run_stage(resumed, ctx) == {"squares/0": 0, "squares/1": 1, "squares/2": 4}
+    assert resumed.computed == [["squares/0", "squares/1"]]
+
+
+def test_a_stage_that_skips_a_unit_is_an_error(tmp_path):
+    class Lazy(Squares):
+        def compute(self, ctx, todo):
+            yield from list(super().compute(ctx, todo))[:1]
+
+    missing = r"stage squares did not compute \['squares/0', 'squares/1'\]"
+    with pytest.raises(RuntimeError, match=missing):
+        run_stage(Lazy(), _ctx(tmp_path, []))
+
+
+def test_a_new_stage_is_one_line_in_the_stage_list(tmp_path, study, monkeypatch):
+    """A stage that reads the cluster stage's labels runs after it, with its stamps."""
+    import lsd_dask.pipeline.run as run_mod
+
+    class ParcelSizes:
+        name = "sizes"
+
+        def plan(self, ctx):
+            return [
+                Unit(f"sizes/{split}", {"labels": ctx.wd.fingerprint_of(
+                    f"cluster/{split}/directional/K5")},  # fmt: skip
+                    [ctx.wd.folder.join(f"sizes_{split}.npy")], label=split, item=split)
+                for split in ctx.splits
+            ]  # fmt: skip
+
+        def load(self, ctx, unit):
+            return ctx.wd.load_npy(unit.outputs[0])
+
+        def compute(self, ctx, todo):
+            for u in todo:
+                lab = ctx.wd.load_npy(ctx.wd.labels(u.item, "directional", 5))
+                sizes = np.bincount(lab)[1:]
+                ctx.wd.save_npy(u.outputs[0], sizes)
+                yield u, sizes
+
+    monkeypatch.setattr(run_mod, "STAGES", [*run_mod.STAGES, ParcelSizes()])
+    write_study(study, tmp_path, fmt="gifti")
+    cfg = load_config(tmp_path / "pipeline.yaml", ks=[5], null_repeats=0)
+    logs: list[str] = []
+    run_pipeline(cfg, log=logs.append)
+    sizes = np.load(cfg.output / "work" / "sizes_split1.npy")
+    assert sizes.size == 5 and sizes.sum() == np.load(cfg.output / "work" / "mask.npy").sum()
+    logs.clear()
+    run_pipeline(cfg, log=logs.append)
+    assert "[sizes] split2 done earlier, skipped" in logs
