@@ -25,6 +25,7 @@ __all__ = [
     "split_connected",
     "connected_regions",
     "contiguous_parcels",
+    "merge_small_regions",
     "grow_regions",
     "grow_sized_regions",
     "icosphere",
@@ -195,6 +196,37 @@ def contiguous_parcels(
     """
     A = sp.csr_matrix(adjacency)
     regions = connected_regions(labels, A, background=background)
+    return merge_small_regions(regions, A, min_size=min_size, features=features)
+
+
+def merge_small_regions(
+    regions: np.ndarray,
+    adjacency: sp.spmatrix,
+    *,
+    min_size: int = 20,
+    features: Any = None,
+) -> np.ndarray:
+    """Merge every region under ``min_size`` vertices into a neighbouring region.
+
+    Smallest first, a small region joins the neighbouring region whose mean feature row is
+    most similar (cosine), or, without ``features``, the one it shares most edges with; a
+    region with no neighbour stays as it is. A region need not be connected.
+
+    Parameters
+    ----------
+    regions : ndarray of shape (n_vertices,)
+        Region index of every vertex, ``-1`` for background (left as it is).
+    adjacency : sparse matrix of shape (n_vertices, n_vertices)
+    min_size : int, default=20
+    features : ndarray or dask array of shape (n_vertices, d), optional
+        Only per-region sums are taken from it (one pass over a dask array).
+
+    Returns
+    -------
+    ndarray of shape (n_vertices,), int64
+        Regions numbered ``1..P`` by their lowest vertex; ``0`` for background.
+    """
+    A = sp.csr_matrix(adjacency)
     fg = regions >= 0
     out = np.full(regions.size, -1, np.int64)
     out[fg] = regions[fg]

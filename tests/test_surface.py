@@ -194,3 +194,20 @@ def test_contiguous_parcels_keeps_a_contiguous_partition():
 
     assert out.max() == S.connected_regions(lab, A, background=None).max() + 1
     assert metrics.ari(lab, out) == pytest.approx(1.0)
+
+
+@given(seed=st.integers(0, 2**16), k=st.integers(2, 12), min_size=st.integers(1, 300))
+@settings(max_examples=25, deadline=None)
+def test_merge_small_regions_of_scattered_clusters(seed, k, min_size):
+    """Clusters in many pieces merge whole: no vertex is lost, every cluster that is left
+    has min_size vertices (the mesh is connected), and a cluster is never split."""
+    A = S.icosphere(8, radius=50.0).adjacency()
+    rng = np.random.default_rng(seed)
+    lab = rng.integers(0, k, A.shape[0])  # scattered: each cluster in many pieces
+    F = rng.standard_normal((lab.size, 4))
+    out = S.merge_small_regions(lab, A, min_size=min_size, features=F)
+    sizes = np.bincount(out)[1:]
+    assert out.min() == 1 and sizes.sum() == lab.size
+    assert out.max() == 1 or sizes.min() >= min_size
+    pairs = set(zip(lab.tolist(), out.tolist(), strict=True))
+    assert len({c for c, _ in pairs}) == len(pairs)  # each cluster lands in one parcel

@@ -50,8 +50,6 @@ an installed package.
 from __future__ import annotations
 
 import copy
-import difflib
-import glob
 import os
 import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -61,61 +59,17 @@ from typing import Any
 import yaml
 
 from ..cluster import SPATIAL_OPTIONS
-from ..io.surface_files import READERS, SubjectFiles, file_keys
+from ..io.surface_files import READERS, SubjectFiles
+from . import files
 from .methods import MethodSpec, check_options, numbers, parse_methods
 from .preprocess import PreprocessSettings
+from .svd import SvdSettings
 
 __all__ = ["PipelineConfig", "SvdSettings", "load_config"]
 
 
-@dataclass(frozen=True)
-class SvdSettings:
-    """The ``svd:`` section, typed; its defaults are stated here only.
-
-    Attributes
-    ----------
-    method : {"randomized", "streaming"}
-        Halko's range finder over the Zarr store, or a MIGP-style streaming group SVD.
-    rank : int
-        Features kept per vertex (the paper keeps 1,000).
-    n_power_iter : int
-        Power iterations of the randomized SVD.
-    fuse_passes : bool
-        One read of the data per power iteration (see :func:`~lsd_dask.linalg.randomized_svd`).
-    n_keep : int or None
-        Streaming SVD: rows kept between blocks (None: its default).
-    """
-
-    method: str = "randomized"
-    rank: int = 1000
-    n_power_iter: int = 2
-    fuse_passes: bool = True
-    n_keep: int | None = None
-
-    @classmethod
-    def from_mapping(cls, raw: dict[str, Any], where: str) -> SvdSettings:
-        """Checked settings from a YAML mapping; an error names the key."""
-        _check_keys(raw, {f.name for f in fields(cls)}, f"{where}: svd")
-        method = raw.get("method", cls.method)
-        if method not in ("randomized", "streaming"):
-            raise ValueError(f"svd.method must be 'randomized' or 'streaming', got {method!r}.")
-        fuse = raw.get("fuse_passes", cls.fuse_passes)
-        if not isinstance(fuse, bool):
-            raise ValueError(f"svd.fuse_passes: true or false, got {fuse!r}.")
-        n_keep = raw.get("n_keep")
-        return cls(
-            method=method,
-            rank=_int(raw.get("rank", cls.rank), "svd.rank", 1),
-            n_power_iter=_int(raw.get("n_power_iter", cls.n_power_iter), "svd.n_power_iter", 0),
-            fuse_passes=fuse,
-            n_keep=None if n_keep is None else _int(n_keep, "svd.n_keep", 1),
-        )
-
-
 #: the SVD defaults as a mapping (from :class:`SvdSettings`)
 SVD_DEFAULTS: dict[str, Any] = asdict(SvdSettings())
-#: a subject entry's keys besides its files' (io's readers name those: ``file_keys()``)
-_SUBJECT_KEYS = {"id", "time_slice"}
 #: split names become file names under the work folder: letters, digits, "_" and "-" only
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -284,16 +238,16 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         base = p.resolve().parent
         where = str(p)
     raw = copy.deepcopy(raw)
-    _check_keys(raw, _TOP_KEYS, where)
+    files.check_keys(raw, _TOP_KEYS, where)
     for key, value in overrides.items():
         if value is None:
             continue
         if key == "svd" and isinstance(value, dict):
-            raw["svd"] = {**_mapping(raw.get("svd"), "svd"), **value}
+            raw["svd"] = {**files.mapping(raw.get("svd"), "svd"), **value}
         else:
             raw[key] = value
-    _check_keys(raw, _TOP_KEYS, where)
-    svd = SvdSettings.from_mapping(_mapping(raw.get("svd"), "svd"), where)
+    files.check_keys(raw, _TOP_KEYS, where)
+    svd = SvdSettings.from_mapping(files.mapping(raw.get("svd"), "svd"), where)
     spatial = {k: raw[k] for k in SPATIAL_OPTIONS if k in raw}
     check_options(spatial)
     features = _check_features(raw.get("features", _default("features")))
@@ -311,28 +265,35 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     ):
         raise ValueError("splits: a mapping of split name to a list of subject ids, or null.")
     cfg = PipelineConfig(
-        subjects=_subjects(raw, base),
-        mesh={h: str(_resolve(v, base)) for h, v in _mapping(raw.get("mesh"), "mesh").items()},
-        sphere=_pair_of_surfaces(raw.get("sphere"), base, "sphere"),
-        display_mesh=_pair_of_surfaces(raw.get("display_mesh"), base, "display_mesh"),
-        output=_resolve(raw.get("output", "lsd_dask_output"), base),
+        subjects=files.subjects(raw, base),
+        mesh={
+            h: str(files.resolve(v, base))
+            for h, v in files.mapping(raw.get("mesh"), "mesh").items()
+        },
+        sphere=files.pair_of_surfaces(raw.get("sphere"), base, "sphere"),
+        display_mesh=files.pair_of_surfaces(raw.get("display_mesh"), base, "display_mesh"),
+        output=files.resolve(raw.get("output", "lsd_dask_output"), base),
         splits={str(k): [str(i) for i in v] for k, v in splits.items()} if splits else None,
         methods=methods,
-        ks=[_int(k, "ks", 2) for k in ks],
+        ks=[files.int_setting(k, "ks", 2) for k in ks],
         svd=svd,
-        min_region_size=_int(
+        min_region_size=files.int_setting(
             raw.get("min_region_size", _default("min_region_size")), "min_region_size", 1
         ),
         nonfinite=str(raw.get("nonfinite", _default("nonfinite"))),
-        cluster=_cluster(raw.get("cluster"), base),
-        random_state=_int(raw.get("random_state", _default("random_state")), "random_state", 0),
-        null_repeats=_int(raw.get("null_repeats", _default("null_repeats")), "null_repeats", 0),
+        cluster=files.cluster(raw.get("cluster"), base),
+        random_state=files.int_setting(
+            raw.get("random_state", _default("random_state")), "random_state", 0
+        ),
+        null_repeats=files.int_setting(
+            raw.get("null_repeats", _default("null_repeats")), "null_repeats", 0
+        ),
         features=features,
         spatial=spatial,
-        work=_work(raw.get("work"), base),
-        storage_options=_mapping(raw.get("storage_options"), "storage_options"),
+        work=files.work(raw.get("work"), base),
+        storage_options=files.mapping(raw.get("storage_options"), "storage_options"),
         preprocess=PreprocessSettings.from_mapping(
-            _mapping(raw.get("preprocess"), "preprocess"), where, base
+            files.mapping(raw.get("preprocess"), "preprocess"), where, base
         ),
     )
     cfg.validate()
@@ -348,15 +309,6 @@ def _default(name: str) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
-def _pair_of_surfaces(v: Any, base: Path, key: str) -> dict[str, str] | None:
-    if v is None:
-        return None
-    pair = _mapping(v, key)
-    if set(pair) != {"left", "right"}:
-        raise ValueError(f"{key}: a 'left' and a 'right' GIFTI surface, got keys {sorted(pair)}.")
-    return {h: str(_resolve(p, base)) for h, p in pair.items()}
-
-
 def _check_features(v: Any) -> str | None:
     if v not in (None, "us", "u"):
         raise ValueError(
@@ -365,124 +317,8 @@ def _check_features(v: Any) -> str | None:
     return v  # type: ignore[no-any-return]
 
 
-def _work(v: Any, base: Path) -> str | None:
-    """The work location: a URL as given, a local path resolved like the other paths."""
-    if v is None:
-        return None
-    if not isinstance(v, str | os.PathLike) or not str(v):
-        raise ValueError(f"work: a folder or a URL such as s3://bucket/run, got {v!r}.")
-    text = str(v)
-    return text if "://" in text and not text.startswith("file://") else str(_resolve(text, base))
-
-
 def _overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
     """Whether two time slices share a time point (None: the whole run)."""
     if a is None or b is None:
         return True
     return max(a[0], b[0]) < min(a[1], b[1])
-
-
-def _check_keys(d: dict[str, Any], allowed: set[str], where: str) -> None:
-    """Reject unknown keys, suggesting the closest known one."""
-    for key in d:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"{where}: unknown key {key!r}{hint} (known keys: {', '.join(sorted(allowed))})"
-            )
-
-
-def _mapping(v: Any, key: str) -> dict[str, Any]:
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise ValueError(f"{key}: expected a mapping, got {v!r}.")
-    return dict(v)
-
-
-def _int(v: Any, key: str, minimum: int) -> int:
-    """An integer setting (not a bool, a float with a fraction or a word), at least minimum."""
-    if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise ValueError(f"{key}: {v!r} is not an integer.")
-    try:
-        f = float(v)
-    except ValueError:
-        raise ValueError(f"{key}: {v!r} is not an integer.") from None
-    if not f.is_integer():
-        raise ValueError(f"{key}: {v!r} is not an integer.")
-    if f < minimum:
-        raise ValueError(f"{key}: {v!r} must be at least {minimum}.")
-    return int(f)
-
-
-def _cluster(v: Any, base: Path) -> str | dict[str, Any] | None:
-    """A scheduler address, a cluster config file (relative to the pipeline file's folder),
-    or an inline cluster config limited to the documented settings."""
-    if v is None:
-        return None
-    if isinstance(v, dict):
-        from ..distributed import check_cluster_config
-
-        return check_cluster_config(v, "cluster")
-    text = str(v)
-    if text.endswith((".yaml", ".yml")):
-        return str(_resolve(text, base))
-    return text
-
-
-def _resolve(p: Any, base: Path) -> Path:
-    """A path relative to the YAML's folder; ``pkg://NAME/rest`` is a file inside an installed
-    package (found without importing it), e.g. data that a package ships."""
-    text = os.path.expandvars(str(p))
-    if text.startswith("pkg://"):
-        import importlib.util
-
-        name, _, rest = text[len("pkg://") :].partition("/")
-        spec = importlib.util.find_spec(name)
-        if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError(f"package {name!r} is not installed (needed for {text}).")
-        return Path(list(spec.submodule_search_locations)[0]) / rest
-    q = Path(text).expanduser()
-    return q if q.is_absolute() else (base / q)
-
-
-def _subjects(raw: dict[str, Any], base: Path) -> list[SubjectFiles]:
-    out: list[SubjectFiles] = []
-    entries = raw.get("subjects") or []
-    if not isinstance(entries, list):
-        raise ValueError("subjects: a list of {id: ..., cifti|left+right|zarr: ...} entries.")
-    for j, entry in enumerate(entries):
-        if not isinstance(entry, dict) or "id" not in entry:
-            raise ValueError(f"subjects[{j}]: a mapping with an 'id' key, got {entry!r}.")
-        _check_keys(entry, _SUBJECT_KEYS | file_keys(), f"subjects[{j}] ({entry['id']})")
-        sid = str(entry["id"])
-        ts = entry.get("time_slice")
-        files = {k: _resolve(entry[k], base) for k in file_keys() if entry.get(k)}
-        out.append(
-            SubjectFiles.from_keys(
-                sid, time_slice=(int(ts[0]), int(ts[1])) if ts else None, **files
-            )
-        )
-    globs = _mapping(raw.get("globs"), "globs")
-    _check_keys(globs, file_keys(), "globs")
-    if globs:
-        # one format's keys: its first file drives, the others are matched by their stem
-        keys = next(r.keys for r in READERS.values() if r.keys[0] in globs)
-        missing = [k for k in keys if k not in globs]
-        if missing:
-            raise ValueError(f"globs: {keys[0]} needs {', '.join(missing)} as well.")
-        for m in sorted(glob.glob(str(_resolve(globs[keys[0]], base)))):
-            stem = Path(m).name.split(".")[0]
-            others = {k: _match_stem(stem, str(_resolve(globs[k], base)), k) for k in keys[1:]}
-            out.append(SubjectFiles.from_keys(stem, **{keys[0]: Path(m)}, **others))
-    if not out:
-        raise ValueError("no subjects: give 'subjects' or 'globs' in the pipeline file.")
-    return out
-
-
-def _match_stem(stem: str, pattern: str, key: str) -> Path:
-    for cand in sorted(glob.glob(pattern)):
-        if Path(cand).name.split(".")[0] == stem:
-            return Path(cand)
-    raise FileNotFoundError(f"no {key} file matching {pattern} for {stem}.")

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,8 +33,10 @@ import scipy.sparse as sp
 from ..io.surface_files import HEMISPHERES
 from ..surface import Mesh, mesh_adjacency
 from ._log import Log
-from .config import PipelineConfig
 from .workdir import WorkDir
+
+if TYPE_CHECKING:  # the configuration imports the stages' settings
+    from .config import PipelineConfig
 
 __all__ = ["Log", "RunContext", "Stage", "Unit", "run_stage"]
 

@@ -1,5 +1,6 @@
-"""The SVD stage: per split, the leading left singular vectors of the split's store; and
-the pipeline's one SVD call and one feature builder, which the blur stage uses too.
+"""The ``svd:`` settings and the SVD stage: per split, the leading left singular vectors
+of the split's store; and the pipeline's one SVD call and one feature builder, which the
+blur stage uses too.
 
 A split's features are unit rows of U·Σ (or of U): :func:`svd_features`.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,56 @@ from ..io.zarr_store import open_split, verify_split
 from ..linalg import randomized_svd, streaming_svd
 from ..linalg.randomized import svd_task_bytes
 from ..similarity import unit_rows
-from .config import SvdSettings
+from . import files
 from .stages import RunContext, Unit
 
-__all__ = ["SvdStage", "group_svd", "svd_features"]
+__all__ = ["SvdSettings", "SvdStage", "group_svd", "svd_features"]
+
+
+@dataclass(frozen=True)
+class SvdSettings:
+    """The ``svd:`` section, typed; its defaults are stated here only.
+
+    Attributes
+    ----------
+    method : {"randomized", "streaming"}
+        Halko's range finder over the Zarr store, or a MIGP-style streaming group SVD.
+    rank : int
+        Features kept per vertex (the paper keeps 1,000).
+    n_power_iter : int
+        Power iterations of the randomized SVD.
+    fuse_passes : bool
+        One read of the data per power iteration (see :func:`~lsd_dask.linalg.randomized_svd`).
+    n_keep : int or None
+        Streaming SVD: rows kept between blocks (None: its default).
+    """
+
+    method: str = "randomized"
+    rank: int = 1000
+    n_power_iter: int = 2
+    fuse_passes: bool = True
+    n_keep: int | None = None
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, Any], where: str) -> SvdSettings:
+        """Checked settings from a YAML mapping; an error names the key."""
+        files.check_keys(raw, {f.name for f in fields(cls)}, f"{where}: svd")
+        method = raw.get("method", cls.method)
+        if method not in ("randomized", "streaming"):
+            raise ValueError(f"svd.method must be 'randomized' or 'streaming', got {method!r}.")
+        fuse = raw.get("fuse_passes", cls.fuse_passes)
+        if not isinstance(fuse, bool):
+            raise ValueError(f"svd.fuse_passes: true or false, got {fuse!r}.")
+        n_keep = raw.get("n_keep")
+        return cls(
+            method=method,
+            rank=files.int_setting(raw.get("rank", cls.rank), "svd.rank", 1),
+            n_power_iter=files.int_setting(
+                raw.get("n_power_iter", cls.n_power_iter), "svd.n_power_iter", 0
+            ),
+            fuse_passes=fuse,
+            n_keep=None if n_keep is None else files.int_setting(n_keep, "svd.n_keep", 1),
+        )
 
 
 class SvdStage:

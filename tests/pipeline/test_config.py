@@ -178,3 +178,19 @@ def test_each_method_clusters_its_own_features_unless_told(folder):
     assert set(features(methods=both, features="us").values()) == {"us"}
     variant = {"name": "lsd_us", "method": "lsd", "features": "us"}
     assert features(methods=["lsd", variant], features=None) == {"lsd": "u", "lsd_us": "us"}
+
+
+def test_every_spatial_option_of_the_estimator_is_a_pipeline_key(folder):
+    """The pipeline names MeshParcellation's options without listing them: each one, at
+    the top level or per variant, reaches the estimator and the report's config."""
+    from lsd_dask.cluster import SPATIAL_OPTIONS, MeshParcellation
+
+    for name, default in SPATIAL_OPTIONS.items():
+        value = (not default) if isinstance(default, bool) else default + 1
+        variant = {"method": "spherical_kmeans", "name": "v", name: value}
+        for raw in ({name: value, "methods": ["spherical_kmeans"]}, {"methods": [variant]}):
+            cfg = load_config(_write(folder, **raw))
+            est = cfg.methods[0].estimator(5, 0)
+            assert isinstance(est, MeshParcellation) and getattr(est, name) == value, name
+            assert cfg.methods[0].needs_mesh, name  # an option away from its default
+            assert cfg.to_dict()["methods"][0][name] == value, name

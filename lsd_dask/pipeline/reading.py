@@ -1,0 +1,123 @@
+"""One subject read once, by a task on a worker (or here): its mask statistics, and its
+cleaned, standardised time series written into the split's store."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import numpy as np
+
+from ..distributed import task_location
+from ..io.surface_files import load_subject
+from ..io.zarr_store import SplitWriter
+from .config import PipelineConfig
+from .preprocess import preprocess_subject
+
+__all__ = ["check_flat", "read_subject"]
+
+
+def read_subject(
+    s: Any,
+    cfg: PipelineConfig,
+    sizes: list[int],
+    kept: np.ndarray | None,
+    smoothing: tuple[int, Any] | None,
+    target: tuple[SplitWriter, int] | None,
+    abort: str | None = None,
+) -> dict[str, Any]:
+    """One subject, read once: its mask statistics, and (with a target) its standardised
+    time series written as subject ``index`` of the store being built. ``abort``: the name
+    of a distributed Event that, once set, stops the task before it reads or writes."""
+    if _aborted(abort):
+        return {}
+    try:
+        x, hs = load_subject(s)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"{err} (as seen from {platform.node()}: the input files must be on a folder "
+            "that every Dask worker sees)"
+        ) from None
+    if hs != sizes:
+        raise ValueError(f"subject {s.subject}: {hs} vertices per hemisphere, meshes {sizes}.")
+    finite = np.isfinite(x)
+    nonfinite = ~finite.all(axis=1)
+    if nonfinite.any() and cfg.nonfinite == "error":
+        raise ValueError(
+            f"subject {s.subject}: {int(nonfinite.sum())} vertices hold NaN or inf values; "
+            "fix the data, or set `nonfinite: mask` to drop those vertices."
+        )
+    x = np.where(finite, x, 0.0) if nonfinite.any() else x
+    # exactly constant, with no arithmetic: a float32 std of a constant 0.1 is not 0,
+    # and such a vertex would divide by ~0 below
+    constant = np.ptp(x, axis=1) == 0
+    if constant.all():
+        raise ValueError(
+            f"subject {s.subject}: every vertex is constant (empty or all-zero data?) in "
+            f"{', '.join(str(p) for p in s.paths)}."
+        )
+    bad = constant | nonfinite
+    stats: dict[str, Any] = {
+        "bad": np.packbits(bad),
+        "constant": int(constant.sum()),
+        "nonfinite": int(nonfinite.sum()),
+        "timepoints": int(x.shape[1]),
+        "flat": np.zeros(0, np.int64),
+        "where": task_location(),
+    }
+    if target is None:
+        return stats
+    writer, index = target
+    if kept is not None:
+        x = x[kept]
+    if cfg.preprocess.active:
+        x = preprocess_subject(cfg.preprocess, s, x.astype(np.float64), smoothing)
+    x, flat = _standardise(x)
+    # a vertex the mask drops (bad here) stays 0; a good one flattened by preprocessing
+    # is an error once the mask says it is kept
+    flat &= ~(bad[kept] if kept is not None else bad)
+    if flat.any() and kept is not None:
+        _raise_flat(s.subject, int(flat.sum()), int(np.flatnonzero(kept)[np.argmax(flat)]))
+    stats["flat"] = np.flatnonzero(flat)
+    if not _aborted(abort):
+        writer.write(index, s.subject, x)
+    return stats
+
+
+def _standardise(x: np.ndarray, block: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Rows demeaned and scaled to unit variance (in float64, a block of rows at a time, so
+    a task holds the subject in float32 twice rather than in float64), as float32; and
+    the rows without variance (left at 0)."""
+    out = np.empty(x.shape, np.float32)
+    flat = np.zeros(x.shape[0], bool)
+    for a in range(0, x.shape[0], block):
+        xb = x[a : a + block].astype(np.float64)
+        xb -= xb.mean(axis=1, keepdims=True)
+        sd = xb.std(axis=1)
+        flat[a : a + block] = sd == 0
+        xb /= np.where(sd == 0, 1.0, sd)[:, None]
+        out[a : a + block] = xb
+    return out, flat
+
+
+def _aborted(name: str | None) -> bool:
+    if name is None:
+        return False
+    from distributed import Event
+
+    return Event(name).is_set()
+
+
+def check_flat(stats: dict[str, dict[str, Any]], kept: np.ndarray) -> None:
+    """A kept vertex that preprocessing left without variance in some subject."""
+    for sid, st in stats.items():
+        flat = st["flat"][kept[st["flat"]]]
+        if flat.size:
+            _raise_flat(sid, int(flat.size), int(flat[0]))
+
+
+def _raise_flat(subject: str, count: int, first: int) -> None:
+    raise ValueError(
+        f"subject {subject}: {count} vertices have no variance left after preprocessing "
+        f"(first: surface vertex {first}); check the confounds and the band-pass."
+    )
