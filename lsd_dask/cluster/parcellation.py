@@ -10,7 +10,9 @@ its methods: the spatial settings belong to the estimator, and ``fit`` runs
    :func:`~lsd_dask.cluster.ward_merge` then merges, neighbours on the mesh only, down
    to K;
 3. **contiguity**: every cluster split into connected parcels and fragments under
-   ``min_region_size`` merged into their most similar neighbour (``contiguous``).
+   ``min_region_size`` merged into their most similar neighbour (``contiguous``);
+4. **size floor**: parcels under ``min_parcel_size`` vertices merged whole into their most
+   similar neighbour (``min_parcel_size``).
 
 Each setting is one constructor parameter with its bound in ``_parameter_constraints``;
 a pipeline names the estimator and its parameters, and a new spatial option is one more
@@ -28,7 +30,7 @@ from sklearn.base import clone
 
 from .._validation import persisted
 from ..similarity import unit_rows
-from ..surface import contiguous_parcels, smooth_on_mesh, smoothing_steps
+from ..surface import contiguous_parcels, merge_small_regions, smooth_on_mesh, smoothing_steps
 from ._base import ClusterBase, _n_features, constraint_error, eager_labels
 from ._spatial import check_connectivity
 from .ward import WardMerge
@@ -63,6 +65,10 @@ class MeshParcellation(ClusterBase):
         into the neighbour with the most similar mean feature row.
     min_region_size : int, default=20
         Vertices below which a fragment is merged (with ``contiguous``).
+    min_parcel_size : int, default=0
+        Parcels (clusters, or with ``contiguous`` connected parcels) under this many
+        vertices merge whole into the neighbour with the most similar mean feature row,
+        smallest first (0: none).
     random_state : int, Generator or None, default=None
         Given to the wrapped estimator when not None (its own otherwise).
 
@@ -111,6 +117,7 @@ class MeshParcellation(ClusterBase):
         "oversegment": [("real", 1, None)],
         "contiguous": [bool],
         "min_region_size": [("int", 1, None)],
+        "min_parcel_size": [("int", 0, None)],
     }
 
     def __init__(
@@ -124,6 +131,7 @@ class MeshParcellation(ClusterBase):
         spatial_weight: float = 0.0,
         oversegment: float = 1.0,
         contiguous: bool = False,
+        min_parcel_size: int = 0,
         min_region_size: int = 20,
         random_state: Any = None,
     ) -> None:
@@ -135,6 +143,7 @@ class MeshParcellation(ClusterBase):
         self.spatial_weight = spatial_weight
         self.oversegment = oversegment
         self.contiguous = contiguous
+        self.min_parcel_size = min_parcel_size
         self.min_region_size = min_region_size
         self.random_state = random_state
 
@@ -158,6 +167,8 @@ class MeshParcellation(ClusterBase):
         labels = eager_labels(est.labels_)
         if self.contiguous:
             labels = contiguous_parcels(labels, A, min_size=self.min_region_size, features=F) - 1
+        if self.min_parcel_size > 1:
+            labels = merge_small_regions(labels, A, min_size=self.min_parcel_size, features=F) - 1
         self.estimator_ = est
         if hasattr(est, "n_iter_"):  # the inner fit's iterations (the pipeline logs them)
             self.n_iter_ = est.n_iter_

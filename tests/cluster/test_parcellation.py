@@ -143,3 +143,21 @@ def test_spatial_options_are_the_constructor_parameters_with_their_defaults():
     est = MeshParcellation()
     assert SPATIAL_OPTIONS == {name: getattr(est, name) for name in SPATIAL_OPTIONS}
     assert set(SPATIAL_OPTIONS) <= set(MeshParcellation._parameter_constraints)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 1000), floor=st.integers(2, 120))
+def test_min_parcel_size_merges_small_parcels_whole(seed, floor):
+    X, A, V = _sphere(noise=3.0, seed=seed)
+    plain = MeshParcellation(SphericalKMeans(), 12, random_state=seed).fit(X).labels_
+    est = MeshParcellation(
+        SphericalKMeans(), 12, connectivity=A, min_parcel_size=floor, random_state=seed
+    ).fit(X)
+    sizes = np.bincount(est.labels_)
+    assert est.n_clusters_ == 1 or sizes.min() >= floor  # the sphere is connected
+    pairs = set(zip(plain.tolist(), est.labels_.tolist(), strict=True))
+    assert len({c for c, _ in pairs}) == len(pairs)  # clusters merge whole, never split
+    # only a small parcel moves: two parcels at the floor never end in one
+    large = np.flatnonzero(np.bincount(plain) >= floor)
+    landed = [next(p for c, p in pairs if c == big) for big in large]
+    assert len(set(landed)) == len(large)
