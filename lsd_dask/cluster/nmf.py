@@ -13,7 +13,7 @@ K × d factor from K-sized reductions.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import dask.array as da
 import numpy as np
@@ -22,6 +22,8 @@ from scipy.optimize import nnls
 from .._validation import compute, is_dask, persisted
 from ._base import ClusterBase, _n_features, eager_labels
 from .kmeans import KMeans
+
+_F = TypeVar("_F", bound=ClusterBase)
 
 __all__ = ["NMF", "SemiNMF"]
 
@@ -114,17 +116,12 @@ class NMF(ClusterBase):
             H = H * norms[:, None]
             W = persisted(W)
             WtW, WtA = (np.asarray(v, np.float64) for v in compute(W.T @ W, W.T @ A))
-            err = float(np.sqrt(max(float(a2) - 2 * np.sum(WtA * H) + np.sum((WtW @ H) * H), 0.0)))
-            if np.isfinite(prev) and abs(prev - err) <= self.tol * max(prev, _EPS):
+            err = float(np.sqrt(_residual2(a2, WtW, WtA, H)))
+            if _converged(prev, err, self.tol):
                 break
             prev = err
-        self.weights_ = W
-        self.components_ = H
-        self.labels_ = eager_labels(W.argmax(axis=1))
-        self.n_features_in_ = _n_features(A)
         self.reconstruction_err_ = err
-        self.n_iter_ = n_iter
-        return self
+        return _fitted(self, A, W, H, n_iter)
 
 
 class SemiNMF(ClusterBase):
@@ -195,16 +192,33 @@ class SemiNMF(ClusterBase):
             G = G * ((num + _EPS) / (den + _EPS)) ** 0.5
             G = persisted(G)
             GtG, GtX = (np.asarray(v, np.float64) for v in compute(G.T @ G, G.T @ X))
-            err = float(max(float(x2) - 2 * np.sum(GtX * Ft) + np.sum((GtG @ Ft) * Ft), 0.0))
-            if np.isfinite(prev) and abs(prev - err) <= self.tol * max(prev, _EPS):
+            err = _residual2(x2, GtG, GtX, Ft)
+            if _converged(prev, err, self.tol):
                 break
             prev = err
-        self.weights_ = G
-        self.components_ = Ft
-        self.labels_ = eager_labels(G.argmax(axis=1))
-        self.n_features_in_ = _n_features(X)
-        self.n_iter_ = n_iter
-        return self
+        return _fitted(self, X, G, Ft, n_iter)
+
+
+def _fitted(est: _F, X: Any, W: Any, H: np.ndarray, n_iter: int) -> _F:
+    """The fitted attributes both factorizations share: weights (n × K, lazy for dask),
+    components, the labels (each row's largest weight), the iterations."""
+    est.weights_ = W
+    est.components_ = H
+    est.labels_ = eager_labels(W.argmax(axis=1))
+    est.n_features_in_ = _n_features(X)
+    est.n_iter_ = n_iter
+    return est
+
+
+def _residual2(x2: Any, WtW: np.ndarray, WtX: np.ndarray, H: np.ndarray) -> float:
+    """``||X - W H||²`` from the K-sized Grams (no n × d array): ``|X|² - 2<WᵀX, H> +
+    <WᵀW H, H>``, floored at 0 against rounding."""
+    return float(max(float(x2) - 2 * np.sum(WtX * H) + np.sum((WtW @ H) * H), 0.0))
+
+
+def _converged(prev: float, err: float, tol: float) -> bool:
+    """The relative change of the error at most ``tol`` (never on the first iteration)."""
+    return bool(np.isfinite(prev) and abs(prev - err) <= tol * max(prev, _EPS))
 
 
 def _pos(M: Any) -> Any:
