@@ -11,6 +11,6 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
-from . import metrics, surface  # noqa: E402
+from . import _logging, metrics, surface  # noqa: E402, F401 - _logging: the default handler
 
 __all__ = ["__version__", "metrics", "surface"]

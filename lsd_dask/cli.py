@@ -5,6 +5,7 @@ Settings precedence: defaults < the pipeline YAML < these flags.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,11 @@ def _pem_option(flag: str, help: str):
 )
 @click.version_option(__version__, prog_name="lsd-dask")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
-def main(debug: bool) -> None:
+@click.option("--quiet", is_flag=True, help="Print warnings and errors only (no progress).")
+def main(debug: bool, quiet: bool) -> None:
     """Cortical parcellation from resting-state fMRI on Dask."""
+    # the library's lines are `logging` records under "lsd_dask": the CLI sets their level
+    logging.getLogger("lsd_dask").setLevel(logging.WARNING if quiet else logging.INFO)
 
 
 @main.command()
@@ -137,8 +141,8 @@ def run(
             )
         security = {k: str(v) for k, v in tls.items()} | {"require_encryption": True}
         target = {"type": "remote", "remote": {"address": scheduler, "security": security}}
-    with connect(target, log=click.echo):
-        run_pipeline(cfg, log=click.echo, command=_command_line())
+    with connect(target):
+        run_pipeline(cfg, command=_command_line())
 
 
 @main.command()
@@ -152,7 +156,7 @@ def demo(out: Path) -> None:
     """Run the whole pipeline on a built-in synthetic two-split study (no download)."""
     from .pipeline import run_demo
 
-    run_demo(out, log=click.echo)
+    run_demo(out)
 
 
 @main.command()

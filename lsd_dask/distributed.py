@@ -14,6 +14,7 @@ names (``cores``, ``memory``, ``job-extra-directives``, ...; hyphens or undersco
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -194,11 +195,15 @@ def check_cluster_config(cfg: Any, where: str = "cluster config") -> dict[str, A
     return {"type": kind, kind: dict(section)}
 
 
+#: the dashboard line's default receiver
+_LOG = logging.getLogger("lsd_dask.distributed").info
+
+
 def connect(
     config_or_address: str | os.PathLike[str] | dict[str, Any] | None = None,
     *,
     timeout: float = 10.0,
-    log: Callable[[str], None] | None = print,
+    log: Callable[[str], None] | None = _LOG,
 ) -> Client:
     """Return a Client for a scheduler address, a cluster config, or a new LocalCluster.
 
@@ -211,7 +216,8 @@ def connect(
     timeout : float
         Seconds to wait for a remote scheduler before raising ``ConnectionError``.
     log : callable or None
-        Receives the dashboard line.
+        Receives the dashboard line (default: the ``lsd_dask.distributed`` logger; None:
+        no line).
     """
     target: Any = config_or_address
     if target is None:

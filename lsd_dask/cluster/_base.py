@@ -28,7 +28,7 @@ def _n_features(X: Any) -> int:
     return int(X.shape[1]) if hasattr(X, "shape") else len(X[0])
 
 
-class ClusterBase(ClusterMixin, BaseEstimator):
+class ClusterBase(ClusterMixin, BaseEstimator):  # type: ignore[misc]  # sklearn: untyped
     """scikit-learn estimator base: ``get_params``/``set_params``, ``fit_predict``.
 
     Subclasses declare ``_parameter_constraints`` (name -> tuple of allowed values, a type,

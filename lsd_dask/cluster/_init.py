@@ -79,6 +79,6 @@ def kmeanspp_rows(
 def _dist(S: np.ndarray, C: np.ndarray, metric: str) -> np.ndarray:
     """Distances of every row of S to every row of C: (m, len(C))."""
     if metric == "cosine":
-        return np.maximum(1.0 - S @ C.T, 0.0)
+        return np.asarray(np.maximum(1.0 - S @ C.T, 0.0))
     sq = np.einsum("ij,ij->i", S, S)[:, None] - 2.0 * (S @ C.T) + np.einsum("ij,ij->i", C, C)
-    return np.maximum(sq, 0.0)
+    return np.asarray(np.maximum(sq, 0.0))

@@ -208,6 +208,7 @@ class DirectionalClustering(ClusterBase):
             )
             if res is None or cand.costs[-1] < res.costs[-1]:
                 res = cand
+        assert res is not None  # n_init >= 1 runs
         if res.n_iter == self.max_iter and self.max_iter > 0 and not res.converged:
             warn(
                 f"DirectionalClustering did not converge in {self.max_iter} iterations; "
@@ -672,6 +673,7 @@ def _pinv_map(D: np.ndarray) -> np.ndarray:
 
 def _effective_step(mu: float | None, D: np.ndarray) -> float:
     """μ relative to the largest squared centre norm: the paper's bound is for unit centres."""
+    assert mu is not None  # the gradient update's steps always carry one (_mus)
     scale = float(np.max(np.sum(D * D, axis=1), initial=0.0))
     return float(mu) / scale if scale > 0 else float(mu)
 
@@ -690,4 +692,5 @@ def _check_nonzero_rows(X: Any) -> None:
 def _clone_with(est: DirectionalClustering, k: int) -> DirectionalClustering:
     from sklearn.base import clone
 
-    return clone(est).set_params(n_clusters=k)
+    out: DirectionalClustering = clone(est).set_params(n_clusters=k)
+    return out

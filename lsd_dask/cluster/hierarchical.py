@@ -27,8 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import dask
 import numpy as np
+from dask.base import compute as dask_compute
+from dask.delayed import delayed
 
 from .._validation import is_dask, warn
 from ..distributed import active_client
@@ -199,6 +200,7 @@ def _divisive(
             if concurrent:
                 # speculatively split the leaves the greedy order may take next
                 todo = [lf for lf in candidates[: k - len(leaves)] if lf not in splits]
+                assert runner is not None  # made when concurrent
                 for lf, res in zip(todo, runner.run([members[lf] for lf in todo]), strict=True):
                     splits[lf] = res
             else:
@@ -234,7 +236,7 @@ class _SplitRunner:
         if self.client is not None:
             [self.data] = self.client.scatter([data], broadcast=True, hash=False)
         else:
-            self.data = dask.delayed(data, pure=True)
+            self.data = delayed(data, pure=True)
 
     def run(self, index_sets: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray] | None]:
         if self.client is not None:
@@ -244,12 +246,12 @@ class _SplitRunner:
                 )
                 for idx in index_sets
             ]
-            return self.client.gather(futures)
+            done: list[tuple[np.ndarray, np.ndarray] | None] = self.client.gather(futures)
+            return done
         tasks = [
-            dask.delayed(_split_leaf)(self.data, idx, self.dense, self.split_iter)
-            for idx in index_sets
+            delayed(_split_leaf)(self.data, idx, self.dense, self.split_iter) for idx in index_sets
         ]
-        return list(dask.compute(*tasks, scheduler="threads"))
+        return list(dask_compute(*tasks, scheduler="threads"))
 
     def close(self) -> None:
         if self.client is not None:

@@ -93,11 +93,12 @@ class _Lloyd(ClusterBase):
             state = {"C": C}
 
             def scores() -> np.ndarray:
-                return compute(X @ state["C"].astype(X.dtype, copy=False).T)[0]
+                return np.asarray(compute(X @ state["C"].astype(X.dtype, copy=False).T)[0])
 
             def refit(lab: np.ndarray) -> None:
                 state["C"] = self._centres(X, lab, state["C"], k, rng)
 
+            assert labels is not None  # max_iter >= 1: the loop assigned them
             labels, self.spatial_cost_history_, n_potts = potts_phase(
                 scores, refit, labels, A, beta, sweeps=self.icm_sweeps, max_iter=self.max_iter
             )
@@ -228,6 +229,7 @@ class KMeans(ClusterBase):
             # the last assignment's sum of squared distances: the run's inertia
             if best is None or lloyd.inertia_history_[-1] < best.inertia_history_[-1]:
                 best = lloyd
+        assert best is not None  # n_init >= 1 runs
         self.labels_, self.cluster_centers_, self.n_iter_ = (
             best.labels_,
             best.cluster_centers_,
@@ -326,7 +328,7 @@ class SphericalKMeans(_Lloyd):
         return unit_rows(X)
 
     def _normalise_centres(self, C: np.ndarray) -> np.ndarray:
-        return unit_rows(C)
+        return np.asarray(unit_rows(C))
 
 
 class KEVD(SphericalKMeans):

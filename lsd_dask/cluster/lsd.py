@@ -246,9 +246,7 @@ def solve_lsd(
     lazy = op.is_lazy
     if k == 1:
         P = da.ones((op.n, 1), chunks=(_row_chunks(op), 1)) if lazy else np.ones((op.n, 1))
-        return LSDResult(
-            P, 1.0, _objective(op, P, 1.0, op.frobenius2()), 0, np.zeros(1), np.eye(1)
-        )
+        return LSDResult(P, 1.0, _objective(op, P, 1.0, op.frobenius2()), 0, np.zeros(1), np.eye(1))
     _check_rank(op, k)
     # independent streams, so the solver's start does not depend on the eigen solver used
     eig_rng, init_rng = (np.random.default_rng(s) for s in rng.integers(2**63, size=2))
@@ -348,7 +346,7 @@ def rotate_simplex(
     R = np.eye(k)
     stats = _simplex_stats(Q, R, op)
     J, C = stats[0], stats[1]
-    best_R, best_obj = R, _obj_from(stats, scale, fro2) if op is not None else None
+    best_R, best_obj = R, _obj_from(stats, scale, fro2) if op is not None else np.inf
     scored = R  # the last rotation whose LSD objective was evaluated
     if history is not None:
         history.append(J)
@@ -397,6 +395,7 @@ def _simplex_stats(Q: Any, R: np.ndarray, op: SimilarityOperator | None) -> list
 
 
 def _obj_from(stats: list[Any], c: float, fro2: float | None) -> float:
+    assert fro2 is not None  # given whenever the objective is scored (op is not None)
     quad, pp = float(stats[2]), float(stats[3])
     return c * c * float(fro2) - 2.0 * c * quad + pp
 

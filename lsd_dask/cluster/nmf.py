@@ -81,7 +81,7 @@ class NMF(ClusterBase):
         self.tol = tol
         self.random_state = random_state
 
-    def __sklearn_tags__(self):  # noqa: D105 - scikit-learn protocol
+    def __sklearn_tags__(self) -> Any:  # noqa: D105 - scikit-learn protocol
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = True
         return tags

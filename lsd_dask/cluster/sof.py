@@ -145,7 +145,7 @@ def soft_cluster_matrix(X: np.ndarray, n_neighbors: int = 10) -> np.ndarray:
     # distinct samples, so duplicates get P = 1 and every other pair a finite scale
     positive = L[L > 0]
     sigma = np.maximum(sigma, positive.min() if positive.size else 1.0)
-    return np.exp(-L / np.sqrt(np.outer(sigma, sigma)))
+    return np.asarray(np.exp(-L / np.sqrt(np.outer(sigma, sigma))))
 
 
 def _penalty_descent(

@@ -236,9 +236,7 @@ def ward_merge(
 # --------------------------------------------------------------------------- merging
 
 
-def _cluster_edges(
-    lab: np.ndarray, n_fine: int, connectivity: Any, n: int
-) -> set[tuple[int, int]]:
+def _cluster_edges(lab: np.ndarray, n_fine: int, connectivity: Any, n: int) -> set[tuple[int, int]]:
     """Pairs (a < b) of clusters joined by at least one connectivity edge."""
     if connectivity is None:
         return set()
@@ -276,8 +274,11 @@ def _merge(
     while len(alive) > k:
         if not heap:  # no touching pair left: let any two clusters merge
             live = sorted(alive)
-            heap = [(cost(a, b), a, b, version[a], version[b]) for i, a in enumerate(live)
-                    for b in live[i + 1:]]
+            heap = [
+                (cost(a, b), a, b, version[a], version[b])
+                for i, a in enumerate(live)
+                for b in live[i + 1 :]
+            ]
             heapq.heapify(heap)
         c, a, b, va, vb = heapq.heappop(heap)
         if a not in alive or b not in alive or version[a] != va or version[b] != vb:

@@ -132,7 +132,7 @@ def _lanczos_factor(
     def gram(v: np.ndarray) -> np.ndarray:
         v = v.astype(dt, copy=False)
         out = F.T @ (F @ v) if tall else F @ (F.T @ v)
-        return out.astype(np.float64)
+        return np.asarray(out, dtype=np.float64)
 
     op = LinearOperator((m, m), matvec=gram, dtype=np.float64)
     try:

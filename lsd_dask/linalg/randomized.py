@@ -18,13 +18,15 @@ References
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import dask
 import dask.array as da
 import numpy as np
 import scipy.linalg as sla
+from dask.base import compute as dask_compute
+from dask.delayed import delayed
 
 from .._validation import as_array, check_random_state, compute, is_dask, to_numpy
 
@@ -278,7 +280,7 @@ def range_finder(
     return Bt, Q
 
 
-def tsqr(Y: Any, row_chunks: tuple, *, persist: bool = True) -> Any:
+def tsqr(Y: Any, row_chunks: tuple[int, ...], *, persist: bool = True) -> Any:
     """Orthonormal basis of the columns of a tall dask Y: two-level tall-skinny QR.
 
     Each row block is factored on its own (``Y_i = Q_i R_i``), the stacked R's once more
@@ -302,12 +304,10 @@ def tsqr(Y: Any, row_chunks: tuple, *, persist: bool = True) -> Any:
     """
     Y = Y.rechunk({0: row_chunks, 1: -1})
     l = Y.shape[1]
-    factored = [dask.delayed(_qr_economic, pure=True)(b) for b in Y.to_delayed().ravel()]
-    small = dask.delayed(_qr_of_stacked_r, pure=True)([f[1] for f in factored])
+    factored = [delayed(_qr_economic, pure=True)(b) for b in Y.to_delayed().ravel()]
+    small = delayed(_qr_of_stacked_r, pure=True)([f[1] for f in factored])
     blocks = [
-        da.from_delayed(
-            dask.delayed(_times_q_part, pure=True)(f[0], small, i), (rows, l), dtype=Y.dtype
-        )
+        da.from_delayed(delayed(_times_q_part, pure=True)(f[0], small, i), (rows, l), dtype=Y.dtype)
         for i, (f, rows) in enumerate(zip(factored, Y.chunks[0], strict=True))
     ]
     Q = da.concatenate(blocks, axis=0)
@@ -345,16 +345,16 @@ class _NumpyPasses:
         self.X, self.l, self.seed = X, l, seed
 
     def sketch(self) -> np.ndarray:
-        return self.X @ _omega_rows(self.seed, 0, self.X.shape[1], self.l, self.X.dtype)
+        return np.asarray(self.X @ _omega_rows(self.seed, 0, self.X.shape[1], self.l, self.X.dtype))
 
     def power(self, Q: np.ndarray) -> np.ndarray:
-        return self.X @ (self.X.T @ Q)
+        return np.asarray(self.X @ (self.X.T @ Q))
 
     def transpose(self, Q: np.ndarray) -> np.ndarray:
-        return self.X.T @ Q
+        return np.asarray(self.X.T @ Q)
 
     def times(self, W: np.ndarray) -> np.ndarray:
-        return self.X @ W
+        return np.asarray(self.X @ W)
 
     def orthonormal(self, Y: np.ndarray) -> np.ndarray:
         return np.linalg.qr(Y)[0]
@@ -425,7 +425,7 @@ class _BlockPasses:
         return self._summed("power", Q)
 
     def transpose(self, Q: Any) -> np.ndarray:
-        (blocks,) = dask.compute(self._tasks("transpose", Q))
+        (blocks,) = dask_compute(self._tasks("transpose", Q))
         return np.concatenate([b for group in blocks for b in group])
 
     def times(self, W: np.ndarray) -> Any:
@@ -434,20 +434,18 @@ class _BlockPasses:
     def orthonormal(self, Y: Any) -> Any:
         return tsqr(Y, self.row_chunks, persist=self.eager)
 
-    def _tasks(self, kind: str, W: Any = None) -> list:
+    def _tasks(self, kind: str, W: Any = None) -> list[Any]:
         if W is not None and is_dask(W):
             W = W.rechunk({0: -1}).to_delayed().ravel()[0]  # one n × l block per task
         elif W is not None:
-            W = dask.delayed(W, pure=True)  # one key that every group task shares
+            W = delayed(W, pure=True)  # one key that every group task shares
         return [
-            dask.delayed(_group_pass, pure=True)(
-                self.z, sp, kind, W, self.seed, self.l, self.dtype
-            )
+            delayed(_group_pass, pure=True)(self.z, sp, kind, W, self.seed, self.l, self.dtype)
             for sp in self.spans
         ]
 
     def _summed(self, kind: str, W: Any = None) -> Any:
-        total = dask.delayed(_add_all)(self._tasks(kind, W))
+        total = delayed(_add_all)(self._tasks(kind, W))
         return da.from_delayed(total, (self.z.shape[0], self.l), dtype=self.dtype)
 
 
@@ -456,7 +454,9 @@ def _is_block_source(X: Any) -> bool:
     return callable(getattr(X, "read_columns", None))
 
 
-def _group_pass(z: Any, spans: list, kind: str, W: Any, seed: int, l: int, dtype: Any) -> Any:
+def _group_pass(
+    z: Any, spans: list[tuple[int, int]], kind: str, W: Any, seed: int, l: int, dtype: Any
+) -> Any:
     """One task: the contribution of a group of column blocks, read here one by one.
 
     ``sketch``: Σ X_j Ω_j; ``power``: Σ X_j (X_jᵀ W); ``times``: Σ X_j W_j (W: m × l);
@@ -464,9 +464,10 @@ def _group_pass(z: Any, spans: list, kind: str, W: Any, seed: int, l: int, dtype
     """
     n = z.shape[0]
     buf: np.ndarray | None = None
+    # the transpose pass keeps its blocks apart: no n × l buffers for it
     acc = np.zeros((n, l), dtype) if kind != "transpose" else None
     tmp = np.empty((n, l), dtype) if kind != "transpose" else None
-    out = []
+    out: list[np.ndarray] = []
     for a, b in spans:
         if buf is None or buf.shape[1] != b - a:
             buf = np.empty((n, b - a), z.dtype)
@@ -482,11 +483,12 @@ def _group_pass(z: Any, spans: list, kind: str, W: Any, seed: int, l: int, dtype
                 out.append(w)
                 continue
             np.matmul(x, w, out=tmp)
+        assert acc is not None and tmp is not None  # set for every kind but transpose
         acc += tmp
-    return out if kind == "transpose" else acc[None]
+    return out if acc is None else acc[None]
 
 
-def _column_bounds(z: Any, dtype: Any) -> list:
+def _column_bounds(z: Any, dtype: Any) -> list[Any]:
     """Column blocks: the array's column chunks, split where one would exceed the cap."""
     n, m = z.shape
     step = min(z.chunks[1], _max_block_columns(n, np.dtype(dtype).itemsize))
@@ -509,12 +511,12 @@ def _n_threads() -> int:
     try:
         from distributed import default_client
 
-        return max(1, sum(default_client().nthreads().values()))
+        return max(1, int(sum(default_client().nthreads().values())))
     except (ImportError, ValueError):
         return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
 
 
-def _sketch_block(x_rows: list, columns: np.ndarray, *, seed: int, l: int) -> np.ndarray:
+def _sketch_block(x_rows: list[Any], columns: np.ndarray, *, seed: int, l: int) -> np.ndarray:
     """One column block's share of X Ω, from the row blocks of that column block."""
     x_rows = [np.asarray(x) for x in x_rows]
     s0 = int(columns[0])
@@ -522,21 +524,21 @@ def _sketch_block(x_rows: list, columns: np.ndarray, *, seed: int, l: int) -> np
     return _rows_times(x_rows, omega)
 
 
-def _power_block(x_rows: list, q_rows: list) -> np.ndarray:
+def _power_block(x_rows: list[Any], q_rows: list[Any]) -> np.ndarray:
     """One column block's share of X Xᵀ Q: ``X_j (X_jᵀ Q)`` from one read of X_j."""
     x_rows = [np.asarray(x) for x in x_rows]
     return _rows_times(x_rows, _transpose_times(x_rows, q_rows))
 
 
-def _transpose_times(x_rows: list, q_rows: list) -> np.ndarray:
+def _transpose_times(x_rows: list[Any], q_rows: list[Any]) -> np.ndarray:
     """``X_jᵀ Q`` for one column block, summed over its row blocks in one task."""
     w = np.asarray(x_rows[0]).T @ np.asarray(q_rows[0])
     for x, q in zip(x_rows[1:], q_rows[1:], strict=True):
         w += np.asarray(x).T @ np.asarray(q)
-    return w
+    return np.asarray(w)
 
 
-def _rows_times(x_rows: list, w: np.ndarray) -> np.ndarray:
+def _rows_times(x_rows: list[Any], w: np.ndarray) -> np.ndarray:
     """``[X_1; X_2; …] w`` as a (1, n, l) block, each product written in place."""
     w = w.astype(x_rows[0].dtype, copy=False)
     out = np.empty((1, sum(x.shape[0] for x in x_rows), w.shape[1]), w.dtype)
@@ -568,7 +570,7 @@ def _add_all(parts: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray
     return acc if keepdims else acc[0]
 
 
-def _flatten(parts: Any):
+def _flatten(parts: Any) -> Iterator[Any]:
     if isinstance(parts, list | tuple):
         for p in parts:
             yield from _flatten(p)
@@ -603,16 +605,16 @@ def _qr_economic(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.astype(y.dtype, copy=False), r.astype(y.dtype, copy=False)
 
 
-def _qr_of_stacked_r(rs: list) -> np.ndarray:
+def _qr_of_stacked_r(rs: list[np.ndarray]) -> np.ndarray:
     """Q' of the stacked R factors, in float64 (it is small: blocks·l × l)."""
     q, _ = sla.qr(np.vstack(rs).astype(np.float64), mode="economic", check_finite=False)
-    return q
+    return np.asarray(q)
 
 
 def _times_q_part(q: np.ndarray, small: np.ndarray, i: int) -> np.ndarray:
     """Block i of the final Q: ``Q_i`` times its l rows of ``Q'``."""
     l = q.shape[1]
-    return q @ small[i * l : (i + 1) * l].astype(q.dtype)
+    return np.asarray(q @ small[i * l : (i + 1) * l].astype(q.dtype))
 
 
 def _truncate(W: np.ndarray, keep: int) -> np.ndarray:
@@ -624,4 +626,4 @@ def _truncate(W: np.ndarray, keep: int) -> np.ndarray:
     G = (W.T @ W).astype(np.float64)
     _, V = np.linalg.eigh(G)
     V = V[:, ::-1][:, :keep]
-    return W @ V.astype(W.dtype)
+    return np.asarray(W @ V.astype(W.dtype))

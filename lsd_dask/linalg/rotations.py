@@ -50,7 +50,7 @@ def rotate_givens(m: np.ndarray, u: np.ndarray) -> np.ndarray:
     G[0, 0] = G[1, 1] = c
     G[1, 0] = s
     G[0, 1] = -s
-    return U @ G @ U.T
+    return np.asarray(U @ G @ U.T)
 
 
 def rotation_about_axis(g: np.ndarray, R_ue: np.ndarray) -> np.ndarray:
@@ -61,10 +61,10 @@ def rotation_about_axis(g: np.ndarray, R_ue: np.ndarray) -> np.ndarray:
     k = R_ue.shape[0]
     G = np.eye(k)
     G[: k - 1, : k - 1] = g
-    return R_ue.T @ G @ R_ue
+    return np.asarray(R_ue.T @ G @ R_ue)
 
 
-def procrustes_about_axis(A: np.ndarray, B: np.ndarray, R_ue: np.ndarray) -> np.ndarray:
+def procrustes_about_axis(A: np.ndarray, B: np.ndarray | None, R_ue: np.ndarray) -> np.ndarray:
     """The rotation fixing u that best maps the columns of A onto those of B.
 
     Minimises ``||R A - B||_F`` over rotations with ``R u = u``, where ``R_ue u = e_k``:
@@ -103,4 +103,4 @@ def _orthogonal_to(m: np.ndarray) -> np.ndarray:
     e = np.zeros_like(m)
     e[np.argmin(np.abs(m))] = 1.0
     v = e - (e @ m) * m
-    return v / np.linalg.norm(v)
+    return np.asarray(v / np.linalg.norm(v))

@@ -26,7 +26,7 @@ def project_simplex(v: Any) -> np.ndarray:
     v = np.asarray(v, dtype=np.float64)
     if v.ndim != 1:
         raise ValueError(f"v must be 1-D, got shape {v.shape}.")
-    return _project_rows(v[None, :])[0]
+    return np.asarray(_project_rows(v[None, :])[0])
 
 
 def project_rows_simplex(Y: Any) -> Any:
@@ -72,7 +72,7 @@ def _project_rows(Y: np.ndarray) -> np.ndarray:
         theta[full] = _theta(work[full])[0]
     out = work - theta[:, None]
     np.maximum(out, 0.0, out=out)
-    return out.astype(Y.dtype, copy=False)
+    return np.asarray(out.astype(Y.dtype, copy=False))
 
 
 _TOP = 32

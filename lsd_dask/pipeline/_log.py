@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from .._logging import Log, get_log
 
-#: where the stages write their lines (``print`` by default)
-Log = Callable[[str], None]
+__all__ = ["Log", "bar", "get_log"]
 
 
 def bar(i: int, n: int, width: int = 20) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._logging import get_log
 from ..distributed import connect
 from .config import load_config
 from .run import run_pipeline
@@ -30,9 +31,11 @@ def run_demo(
     methods: tuple[str, ...] = ("directional", "lsd", "hierarchical_lsd", "spherical_kmeans"),
     rank: int = 40,
     cluster: Any = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Synthesize, run, and return the pipeline's report."""
+    """Synthesize, run, and return the pipeline's report (progress lines: to ``log``, or
+    the ``lsd_dask.pipeline`` logger)."""
+    log = get_log("lsd_dask.pipeline", log)
     root = Path(out)
     study_dir = root / "input"
     if not (study_dir / "pipeline.yaml").exists():

@@ -30,7 +30,7 @@ from .outputs import write_outputs
 from .preflight import preflight
 from .report import write_report
 from .scores import score_run
-from .stages import Log, RunContext, Stage, run_stage
+from .stages import Log, RunContext, Stage, get_log, run_stage
 from .svd import SvdStage
 
 __all__ = ["run_pipeline", "preflight", "STAGES"]
@@ -40,9 +40,11 @@ STAGES: list[Stage] = [IngestStage(), SvdStage(), BlurStage(), ClusterStage()]
 
 
 def run_pipeline(
-    cfg: PipelineConfig, *, log: Log = print, command: str | None = None
+    cfg: PipelineConfig, *, log: Log | None = None, command: str | None = None
 ) -> dict[str, Any]:
     """Run every stage (skipping completed ones) and write the outputs; return the report.
+
+    Progress lines go to the ``lsd_dask.pipeline`` logger, or to ``log`` when given.
 
     The Dask scheduler is whatever is active: call inside ``with connect(...)`` to use a
     cluster (the CLI does). ``command`` (the command line, when there is one) goes into
@@ -50,6 +52,7 @@ def run_pipeline(
     """
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
+    log = get_log("lsd_dask.pipeline", log)
     ctx = RunContext.open(cfg, log, preflight(cfg)[0])
     for stage in STAGES:
         t0 = time.perf_counter()

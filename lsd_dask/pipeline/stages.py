@@ -32,13 +32,13 @@ import scipy.sparse as sp
 
 from ..io.surface_files import HEMISPHERES
 from ..surface import Mesh, mesh_adjacency
-from ._log import Log
+from ._log import Log, get_log
 from .workdir import WorkDir
 
 if TYPE_CHECKING:  # the configuration imports the stages' settings
     from .config import PipelineConfig
 
-__all__ = ["Log", "RunContext", "Stage", "Unit", "run_stage"]
+__all__ = ["Log", "RunContext", "Stage", "Unit", "get_log", "run_stage"]
 
 
 @dataclass

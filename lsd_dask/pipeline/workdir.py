@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .._logging import get_log
 from ..io.atomic import remove_partials
 from ..io.storage import Folder
 
@@ -43,7 +44,8 @@ class WorkDir:
     root : path or URL
         The work folder (created when missing and local).
     log : callable, optional
-        Receives one line per stale output found.
+        Receives one line per stale output found (default: the ``lsd_dask.pipeline``
+        logger).
     storage_options : dict, optional
         fsspec options for a URL (credentials, endpoint).
     """
@@ -51,13 +53,13 @@ class WorkDir:
     def __init__(
         self,
         root: str | os.PathLike[str],
-        log: Callable[[str], None] = print,
+        log: Callable[[str], None] | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.folder = Folder(root, storage_options)
         self.folder.makedirs()
         self.root = self.folder.url
-        self.log = log
+        self.log = get_log("lsd_dask.pipeline", log)
 
     # paths ------------------------------------------------------------------
     @property

@@ -322,12 +322,10 @@ def test_method_variants_run_side_by_side(tmp_path, study):
     logs: list[str] = []
     report = run_pipeline(cfg, log=logs.append)
     assert {r["method"] for r in report["scores"]} == {"directional", "dir_spatial", "ward"}
-    assert report["config"]["methods"][1] == {
-        **spatial,
-        "contiguous": False,
-        "features": "us",
-        "oversegment": 1.0,
-    }
+    from lsd_dask.cluster import SPATIAL_OPTIONS
+
+    # every spatial option, at its default unless the variant sets it
+    assert report["config"]["methods"][1] == {**SPATIAL_OPTIONS, **spatial, "features": "us"}
     # the variant is directional clustering with its Potts term on the blurred features
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
