@@ -38,7 +38,7 @@ def main() -> None:
     study = realistic_study(n_timepoints=args.timepoints, random_state=0)
     truth = study.labels[study.cortex]
     t0 = time.perf_counter()
-    # unit rows of U: LSD's pipeline default (and what the session-6 timings used)
+    # unit rows of U: LSD's pipeline default
     F = features(study, "split1", args.rank, 0, kind="u")
     print(f"features {F.shape[0]} x {F.shape[1]} in {time.perf_counter() - t0:.1f} s")
     k = args.k

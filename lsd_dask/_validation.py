@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from typing import Any
+from typing import Any, TypeAlias
 
 import dask.array as da
 import numpy as np
+from typing_extensions import TypeIs
 
 __all__ = [
+    "Array",
+    "RandomState",
     "LSDDaskWarning",
     "ClippedEigenvalueWarning",
     "is_dask",
@@ -28,6 +31,13 @@ __all__ = [
 ]
 
 
+#: a numpy or a dask array: what the estimators and the linear algebra take, and return
+#: lazily for lazy input (``labels_`` excepted: always numpy)
+Array: TypeAlias = np.ndarray | da.Array
+#: what ``random_state`` takes (scikit-learn's convention, numpy Generators included)
+RandomState: TypeAlias = int | np.random.Generator | np.random.RandomState | None
+
+
 class LSDDaskWarning(UserWarning):
     """Base class of the warnings this package issues."""
 
@@ -36,7 +46,7 @@ class ClippedEigenvalueWarning(LSDDaskWarning):
     """Leading eigenvalues of a similarity were negative or tiny and were clipped."""
 
 
-def is_dask(x: Any) -> bool:
+def is_dask(x: object) -> TypeIs[da.Array]:
     """Return True when ``x`` is a dask array."""
     return isinstance(x, da.Array)
 
@@ -70,7 +80,7 @@ def persisted(x: Any) -> Any:
 
 
 def check_array(
-    X: Any,
+    X: Array,
     *,
     name: str = "X",
     ndim: int = 2,
@@ -160,7 +170,7 @@ def check_n_clusters(n_clusters: Any, n_samples: int, *, name: str = "n_clusters
     return int(n_clusters)
 
 
-def check_random_state(seed: Any) -> np.random.Generator:
+def check_random_state(seed: RandomState | numbers.Integral) -> np.random.Generator:
     """Turn ``None``, an int, a ``Generator`` or a ``RandomState`` into a ``Generator``."""
     if isinstance(seed, np.random.Generator):
         return seed
@@ -179,7 +189,7 @@ def warn(message: str, category: type[Warning] = LSDDaskWarning) -> None:
 # --------------------------------------------------------------------------- helpers
 
 
-def as_array(X: Any) -> Any:
+def as_array(X: Array) -> Any:
     """numpy or dask as they are, a zarr array wrapped lazily, other array-likes as numpy."""
     if is_dask(X) or isinstance(X, np.ndarray):
         return X

@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 from distributed import Client, LocalCluster
 
+from ._validation import Array
+
 __all__ = [
     "active_client",
     "task_location",
@@ -127,7 +129,7 @@ def active_client() -> Client | None:
         return None
 
 
-def scattered_rows(X: Any, chunk: int) -> Any:
+def scattered_rows(X: Array, chunk: int) -> Any:
     """A dask array of X's row blocks of ``chunk`` rows, the blocks scattered to the workers.
 
     With an active client, each block is sent to a worker once (``Client.scatter``) and the

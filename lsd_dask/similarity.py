@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from ._validation import check_random_state, compute, is_dask, persisted, to_numpy
+from ._validation import (
+    Array,
+    RandomState,
+    check_random_state,
+    compute,
+    is_dask,
+    persisted,
+    to_numpy,
+)
 from .linalg.eigen import factor_gram, factor_route, top_eigenpairs, top_eigenpairs_from_factor
 
 __all__ = [
@@ -127,7 +135,7 @@ class SimilarityOperator:
 
 
 def similarity_operator(
-    X: Any, kind: str, *, gamma: float | None, n_landmarks: int, rng: np.random.Generator
+    X: Array, kind: str, *, gamma: float | None, n_landmarks: int, rng: np.random.Generator
 ) -> SimilarityOperator:
     """The similarity ``kind`` of the rows of X (validated by the caller), or X itself when
     ``kind == "precomputed"``: dense below ``_EXACT_RBF_MAX`` samples for RBF, a factor
@@ -155,7 +163,7 @@ def similarity_operator(
     return SimilarityOperator(n=X.shape[0], factor=fac, gamma=fac.gamma)
 
 
-def unit_rows(X: Any) -> Any:
+def unit_rows(X: Array) -> Any:
     """Scale every row to unit Euclidean length (zero rows stay zero); numpy or dask."""
     # numpy's functions dispatch to dask for dask X
     norms = np.sqrt((X * X).sum(axis=1, keepdims=True))
@@ -163,12 +171,12 @@ def unit_rows(X: Any) -> Any:
 
 
 def gram_factor(
-    X: Any,
+    X: Array,
     kind: str,
     *,
     gamma: float | None = None,
     n_landmarks: int = 1000,
-    random_state: Any = None,
+    random_state: RandomState = None,
 ) -> SimilarityFactor:
     """Factor F of a similarity of the rows of X, with ``K = F F^T``.
 
@@ -214,7 +222,7 @@ def gram_factor(
     raise ValueError(f"similarity must be one of {SIMILARITIES[1:]}, got {kind!r}.")
 
 
-def median_bandwidth(X: Any, *, n_sample: int = 1000, random_state: Any = None) -> float:
+def median_bandwidth(X: Array, *, n_sample: int = 1000, random_state: RandomState = None) -> float:
     """RBF ``gamma`` by the median heuristic: ``gamma = 1 / (2 sigma^2)``, sigma = median
     pairwise Euclidean distance over a seeded subsample of at most ``n_sample`` rows.
     """

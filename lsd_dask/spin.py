@@ -21,13 +21,14 @@ import numpy as np
 from scipy.spatial import cKDTree
 from scipy.spatial.transform import Rotation
 
+from ._validation import RandomState
 from .surface import Mesh
 
 __all__ = ["find_spheres", "spin_indices", "spin_labels"]
 
 
 def spin_indices(
-    spheres: dict[str, np.ndarray], n_repeats: int, *, random_state: Any = None
+    spheres: dict[str, np.ndarray], n_repeats: int, *, random_state: RandomState = None
 ) -> list[np.ndarray]:
     """Vertex maps of ``n_repeats`` random spins: ``labels[index]`` is the spun map.
 

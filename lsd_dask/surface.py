@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from ._validation import check_labels, check_random_state, compute, is_dask
+from ._validation import Array, RandomState, check_labels, check_random_state, compute, is_dask
 
 __all__ = [
     "Mesh",
@@ -311,7 +311,7 @@ def grow_regions(
     adjacency: sp.spmatrix,
     n_regions: int,
     *,
-    random_state: Any = None,
+    random_state: RandomState = None,
     mask: np.ndarray | None = None,
 ) -> np.ndarray:
     """Grow ``n_regions`` connected regions from random seeds until the graph is covered.
@@ -343,7 +343,7 @@ def grow_sized_regions(
     adjacency: sp.spmatrix,
     sizes: Any,
     *,
-    random_state: Any = None,
+    random_state: RandomState = None,
     mask: np.ndarray | None = None,
 ) -> np.ndarray:
     """Random connected regions with prescribed sizes: a null model for parcellations.
@@ -579,7 +579,7 @@ def _averaging_operator(adjacency: sp.spmatrix) -> sp.csr_matrix:
     return sp.csr_matrix(sp.diags(1.0 / np.asarray(A.sum(axis=1)).ravel()) @ A)
 
 
-def _dask_step(W: sp.csr_matrix, X: Any) -> Any:
+def _dask_step(W: sp.csr_matrix, X: Array) -> Any:
     """One lazy ``W @ X`` for row-chunked X: one task per row block, each reading only the
     rows its vertices neighbour."""
     import dask.array as da

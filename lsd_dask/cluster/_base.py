@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
-from .._validation import check_array, check_n_clusters, check_random_state, to_numpy
+from .._validation import Array, check_array, check_n_clusters, check_random_state, to_numpy
 
 __all__ = ["ClusterBase", "check_params", "constraint_error", "eager_labels"]
 
@@ -23,7 +23,7 @@ def eager_labels(labels: Any) -> np.ndarray:
     return to_numpy(labels, np.int64)
 
 
-def _n_features(X: Any) -> int:
+def _n_features(X: Array) -> int:
     """Number of columns of an array-like (a precomputed similarity counts its columns)."""
     return int(X.shape[1]) if hasattr(X, "shape") else len(X[0])
 
@@ -46,7 +46,7 @@ class ClusterBase(ClusterMixin, BaseEstimator):  # type: ignore[misc]  # sklearn
     def _check_params(self) -> None:
         check_params(self, {**self._shared_constraints, **self._parameter_constraints})
 
-    def _validate_fit(self, X: Any, *, name: str = "X") -> tuple[Any, int, np.random.Generator]:
+    def _validate_fit(self, X: Array, *, name: str = "X") -> tuple[Any, int, np.random.Generator]:
         """Check the parameters and X; returns ``(X, k, rng)``: X as numpy or dask (zarr
         wrapped lazily), the number of clusters checked against the samples, and the
         estimator's generator."""
@@ -60,7 +60,7 @@ class ClusterBase(ClusterMixin, BaseEstimator):  # type: ignore[misc]  # sklearn
 
         check_is_fitted(self, "labels_")
 
-    def _check_n_features(self, X: Any) -> None:
+    def _check_n_features(self, X: Array) -> None:
         if X.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from .._validation import to_numpy
+from .._validation import Array, to_numpy
 from ..similarity import unit_rows
 
 __all__ = ["kmeanspp_rows", "sample_rows"]
@@ -15,7 +13,7 @@ __all__ = ["kmeanspp_rows", "sample_rows"]
 SEED_SAMPLE = 20000
 
 
-def sample_rows(X: Any, rng: np.random.Generator, n_max: int = SEED_SAMPLE) -> np.ndarray:
+def sample_rows(X: Array, rng: np.random.Generator, n_max: int = SEED_SAMPLE) -> np.ndarray:
     """A seeded, sorted subsample of row indices (all rows when n <= n_max)."""
     n = X.shape[0]
     if n <= n_max:
@@ -24,7 +22,7 @@ def sample_rows(X: Any, rng: np.random.Generator, n_max: int = SEED_SAMPLE) -> n
 
 
 def kmeanspp_rows(
-    X: Any,
+    X: Array,
     k: int,
     rng: np.random.Generator,
     *,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from .._validation import check_array, compute
+from .._validation import Array, RandomState, check_array, compute
 from ..linalg.reductions import cluster_sums
 from ..similarity import unit_rows
 from .kmeans import SphericalKMeans
@@ -28,12 +28,12 @@ REFINE_OPTIONS = frozenset({"auto", "spherical_kmeans"})
 
 
 def refine_spherical(
-    X: Any,
+    X: Array,
     labels: Any,
     n_clusters: int,
     *,
     max_iter: int = 100,
-    random_state: Any = None,
+    random_state: RandomState = None,
 ) -> SphericalKMeans:
     """Spherical k-means started from a partition: its clusters' mean directions.
 
@@ -67,12 +67,12 @@ def refine_spherical(
 def refined_labels(
     refine: str | None,
     similarity: str,
-    X: Any,
+    X: Array,
     labels: Any,
     n_clusters: int,
     *,
     max_iter: int,
-    random_state: Any,
+    random_state: RandomState,
 ) -> Any | None:
     """Apply an estimator's ``refine`` option; None when it asks for no refinement.
 

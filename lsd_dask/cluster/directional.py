@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
-from .._validation import check_array, compute, is_dask, warn
+from .._validation import Array, RandomState, check_array, compute, is_dask, warn
 from ..linalg.reductions import cluster_sums, own_centre_projection, rows_like
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features, eager_labels
@@ -153,7 +153,7 @@ class DirectionalClustering(ClusterBase):
         spatial_weight: float = 0.0,
         connectivity: Any = None,
         icm_sweeps: int = 2,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.update = update
@@ -168,7 +168,7 @@ class DirectionalClustering(ClusterBase):
         self.icm_sweeps = icm_sweeps
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> DirectionalClustering:
+    def fit(self, X: Array, y: object = None, sample_weight: Any = None) -> DirectionalClustering:
         """Cluster the rows of X (n_samples × n_features; numpy, dask or zarr).
 
         Parameters
@@ -227,7 +227,7 @@ class DirectionalClustering(ClusterBase):
         self.n_iter_ = res.n_iter
         return self
 
-    def predict(self, X: Any) -> Any:
+    def predict(self, X: Array) -> Any:
         """Assign rows to the centres by least-squares coefficients (the pinv rule)."""
         self._check_fitted()
         X = check_array(X)
@@ -236,7 +236,7 @@ class DirectionalClustering(ClusterBase):
         return directional_assign(X, self.cluster_centers_, update="pinv")[0]
 
 
-def directional_assign(X: Any, D: np.ndarray, *, update: str = "pinv") -> tuple[Any, Any]:
+def directional_assign(X: Array, D: np.ndarray, *, update: str = "pinv") -> tuple[Any, Any]:
     """Hard assignment of unit rows X to centres D by their coefficients.
 
     "pinv": ``S = X D^T (D D^T)^+``; "gradient"/"correlation": ``S = X D^T``. Each row goes to
@@ -252,7 +252,7 @@ def directional_assign(X: Any, D: np.ndarray, *, update: str = "pinv") -> tuple[
 
 
 def select_n_clusters(
-    X: Any,
+    X: Array,
     candidates: Any,
     *,
     criterion: str = "aic",
@@ -304,7 +304,7 @@ class _Result:
 
 
 def _fit_directional(
-    X: Any,
+    X: Array,
     k: int,
     *,
     update: str,
@@ -379,7 +379,7 @@ def _fit_directional(
 
 
 def _potts(
-    X: Any,
+    X: Array,
     res: _Result,
     k: int,
     A: Any,
@@ -427,7 +427,7 @@ def _potts(
     return out, [total + h for h in history]
 
 
-def _best_projection_on(X: Any, D: np.ndarray, labels: Any) -> tuple[Any, Any]:
+def _best_projection_on(X: Array, D: np.ndarray, labels: Any) -> tuple[Any, Any]:
     """(labels, coefficients) with each sample's least-squares coefficient on its own
     centre, ``(x·d)_+ / ||d||^2``."""
     dn2 = np.sum(D * D, axis=1)
@@ -479,7 +479,7 @@ def _monotone_choice(
     return None
 
 
-def _best_projection(X: Any, D: np.ndarray) -> tuple[Any, Any]:
+def _best_projection(X: Array, D: np.ndarray) -> tuple[Any, Any]:
     """Lazy (labels, coefficients) minimising ``||X - S̄ D||`` over S̄ for fixed D."""
     dn = np.linalg.norm(D, axis=1)
     safe = np.where(dn > 0, dn, np.inf)
@@ -492,7 +492,7 @@ def _best_projection(X: Any, D: np.ndarray) -> tuple[Any, Any]:
 
 
 def _assign(
-    X: Any,
+    X: Array,
     labels: np.ndarray,
     sbar: np.ndarray,
     D: np.ndarray,
@@ -532,7 +532,7 @@ def _assign(
 
 
 def _assign_and_stats(
-    candidates: list[tuple[Any, Any]], X: Any, D: np.ndarray, k: int, row_sq: np.ndarray
+    candidates: list[tuple[Any, Any]], X: Array, D: np.ndarray, k: int, row_sq: np.ndarray
 ) -> list[tuple[np.ndarray, np.ndarray, dict[str, Any]]]:
     """Compute candidate assignments with their statistics in one ``dask.compute``.
 
@@ -567,7 +567,7 @@ def _assign_and_stats(
 
 
 def _reinit_empty(
-    X: Any, labels: np.ndarray, sbar: np.ndarray, stats: dict[str, Any], k: int
+    X: Array, labels: np.ndarray, sbar: np.ndarray, stats: dict[str, Any], k: int
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     # a cluster whose members all have zero coefficients has no centre either
     empty = np.flatnonzero((stats["counts"] == 0) | (stats["ss"] <= 0))
@@ -649,7 +649,7 @@ def _s_column_scale(
 def _lookup(values: np.ndarray, labels: Any) -> Any:
     """``values[labels]`` for numpy or (block by block) dask labels."""
     if is_dask(labels):
-        return labels.map_blocks(lambda b: values[b], dtype=values.dtype)
+        return da.map_blocks(lambda b: values[b], labels, dtype=values.dtype)
     return values[labels]
 
 
@@ -657,7 +657,7 @@ def _clip0(v: Any) -> Any:
     return np.maximum(v, 0.0)  # dispatches to dask for dask v
 
 
-def _times(X: Any, W: np.ndarray) -> Any:
+def _times(X: Array, W: np.ndarray) -> Any:
     """``X @ W`` in X's float type. A float32 X is not upcast to float64 (a copy of X and
     half the GEMM rate: about half of a full-size fit's time). The rounding only moves
     near-ties in the assignment; every cost is evaluated in float64 from the statistics of
@@ -678,7 +678,7 @@ def _effective_step(mu: float | None, D: np.ndarray) -> float:
     return float(mu) / scale if scale > 0 else float(mu)
 
 
-def _check_nonzero_rows(X: Any) -> None:
+def _check_nonzero_rows(X: Array) -> None:
     if is_dask(X):
         return  # checked lazily: zero rows stay zero and get coefficient 0
     bad = np.flatnonzero(~np.any(X != 0, axis=1))

@@ -25,13 +25,12 @@ different workers split different leaves; without one, dask's threads do.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from dask.base import compute as dask_compute
 from dask.delayed import delayed
 
-from .._validation import is_dask, warn
+from .._validation import Array, RandomState, is_dask, warn
 from ..distributed import active_client
 from ..similarity import SIMILARITIES, SimilarityFactor, SimilarityOperator, similarity_operator
 from ._base import ClusterBase, _n_features, eager_labels
@@ -128,7 +127,7 @@ class HierarchicalLSD(ClusterBase):
         split_iter: int = 30,
         refine: str | None = "auto",
         refine_iter: int = 100,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.similarity = similarity
@@ -140,7 +139,7 @@ class HierarchicalLSD(ClusterBase):
         self.refine_iter = refine_iter
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> HierarchicalLSD:
+    def fit(self, X: Array, y: object = None) -> HierarchicalLSD:
         """Fit to features X (n_samples × n_features) or a precomputed similarity."""
         name = "similarity matrix" if self.similarity == "precomputed" else "X"
         X, k, rng = self._validate_fit(X, name=name)

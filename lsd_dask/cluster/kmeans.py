@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from sklearn.cluster import KMeans as _SkKMeans
 from sklearn.exceptions import ConvergenceWarning
 
-from .._validation import check_array, compute, is_dask, warn
+from .._validation import Array, RandomState, check_array, compute, is_dask, warn
 from ..linalg.reductions import cluster_sums, own_centre_projection
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features, eager_labels
@@ -47,7 +47,7 @@ class _Lloyd(ClusterBase):
         init: Any = "kmeans++",
         max_iter: int = 100,
         tol: float = 1e-6,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.init = init
@@ -55,7 +55,7 @@ class _Lloyd(ClusterBase):
         self.tol = tol
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> _Lloyd:
+    def fit(self, X: Array, y: object = None) -> _Lloyd:
         X, k, rng = self._validate_fit(X)
         X = self._prepare(X)
         if isinstance(self.init, np.ndarray):
@@ -110,7 +110,7 @@ class _Lloyd(ClusterBase):
         self.n_iter_ = n_iter
         return self
 
-    def predict(self, X: Any) -> Any:
+    def predict(self, X: Array) -> Any:
         self._check_fitted()
         X = check_array(X)
         self._check_n_features(X)
@@ -118,19 +118,19 @@ class _Lloyd(ClusterBase):
         return self._assign(X, self.cluster_centers_.astype(X.dtype, copy=False))[0]
 
     # hooks ------------------------------------------------------------------
-    def _prepare(self, X: Any) -> Any:
+    def _prepare(self, X: Array) -> Any:
         return X
 
     def _normalise_centres(self, C: np.ndarray) -> np.ndarray:
         return C
 
-    def _assign(self, X: Any, C: np.ndarray) -> tuple[Any, Any]:
+    def _assign(self, X: Array, C: np.ndarray) -> tuple[Any, Any]:
         # default: the largest inner product (cosine on unit rows)
         S = X @ C.T
         return S.argmax(axis=1), S.max(axis=1)
 
     def _centres(
-        self, X: Any, labels: np.ndarray, C: np.ndarray, k: int, rng: np.random.Generator
+        self, X: Array, labels: np.ndarray, C: np.ndarray, k: int, rng: np.random.Generator
     ) -> np.ndarray:
         (sums,) = compute(cluster_sums(X, labels, k))
         counts = np.bincount(labels, minlength=k)
@@ -190,7 +190,7 @@ class KMeans(ClusterBase):
         n_init: int = 1,
         max_iter: int = 300,
         tol: float = 1e-6,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.n_init = n_init
@@ -198,7 +198,7 @@ class KMeans(ClusterBase):
         self.tol = tol
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> KMeans:
+    def fit(self, X: Array, y: object = None) -> KMeans:
         X, _, rng = self._validate_fit(X)
         self.n_features_in_ = _n_features(X)
         seed = (
@@ -238,7 +238,7 @@ class KMeans(ClusterBase):
         self.inertia_ = float(best.inertia_history_[-1])
         return self
 
-    def predict(self, X: Any) -> Any:
+    def predict(self, X: Array) -> Any:
         self._check_fitted()
         X = check_array(X)
         self._check_n_features(X)
@@ -249,7 +249,7 @@ class _EuclideanLloyd(_Lloyd):
     _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}
     _metric = "euclidean"
 
-    def _assign(self, X: Any, C: np.ndarray) -> tuple[Any, Any]:
+    def _assign(self, X: Array, C: np.ndarray) -> tuple[Any, Any]:
         return _nearest_centre(X, C)
 
 
@@ -312,7 +312,7 @@ class SphericalKMeans(_Lloyd):
         spatial_weight: float = 0.0,
         connectivity: Any = None,
         icm_sweeps: int = 2,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         super().__init__(
             n_clusters, init=init, max_iter=max_iter, tol=tol, random_state=random_state
@@ -321,10 +321,10 @@ class SphericalKMeans(_Lloyd):
         self.connectivity = connectivity
         self.icm_sweeps = icm_sweeps
 
-    def _spatial_setup(self, X: Any) -> Any:
+    def _spatial_setup(self, X: Array) -> Any:
         return check_connectivity(self.connectivity, X.shape[0])
 
-    def _prepare(self, X: Any) -> Any:
+    def _prepare(self, X: Array) -> Any:
         return unit_rows(X)
 
     def _normalise_centres(self, C: np.ndarray) -> np.ndarray:
@@ -353,15 +353,15 @@ class KEVD(SphericalKMeans):
     _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}
     n_power = 3
 
-    def _spatial_setup(self, X: Any) -> Any:
+    def _spatial_setup(self, X: Array) -> Any:
         raise ValueError("KEVD has no spatial term; use SphericalKMeans(spatial_weight=...).")
 
-    def _assign(self, X: Any, C: np.ndarray) -> tuple[Any, Any]:
+    def _assign(self, X: Array, C: np.ndarray) -> tuple[Any, Any]:
         S = abs(X @ C.T)
         return S.argmax(axis=1), S.max(axis=1)
 
     def _centres(
-        self, X: Any, labels: np.ndarray, C: np.ndarray, k: int, rng: np.random.Generator
+        self, X: Array, labels: np.ndarray, C: np.ndarray, k: int, rng: np.random.Generator
     ) -> np.ndarray:
         counts = np.bincount(labels, minlength=k)
         D = C.copy()
@@ -373,7 +373,7 @@ class KEVD(SphericalKMeans):
         return self._normalise_centres(_reseed_empty(X, D, counts, rng))
 
 
-def _nearest_centre(X: Any, C: np.ndarray) -> tuple[Any, Any]:
+def _nearest_centre(X: Array, C: np.ndarray) -> tuple[Any, Any]:
     """Label and squared distance of each row's nearest centre (numpy or lazy dask)."""
     # ||x - c||^2 = ||x||^2 - 2 x·c + ||c||^2, as one GEMM
     d2 = (X * X).sum(axis=1)[:, None] - 2.0 * (X @ C.T) + np.sum(C * C, axis=1)
@@ -381,7 +381,7 @@ def _nearest_centre(X: Any, C: np.ndarray) -> tuple[Any, Any]:
 
 
 def _reseed_empty(
-    X: Any, C: np.ndarray, counts: np.ndarray, rng: np.random.Generator
+    X: Array, C: np.ndarray, counts: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
     empty = np.flatnonzero(counts == 0)
     if empty.size == 0:

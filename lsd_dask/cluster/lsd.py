@@ -27,7 +27,9 @@ import dask.array as da
 import numpy as np
 
 from .._validation import (
+    Array,
     ClippedEigenvalueWarning,
+    RandomState,
     compute,
     is_dask,
     warn,
@@ -148,7 +150,7 @@ class LSD(ClusterBase):
         rotation_sample: int | None = 20_000,
         refine: str | None = "auto",
         refine_iter: int = 100,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.solver = solver
@@ -162,7 +164,7 @@ class LSD(ClusterBase):
         self.refine_iter = refine_iter
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> LSD:
+    def fit(self, X: Array, y: object = None) -> LSD:
         """Fit LSD to features X (n_samples × n_features) or a precomputed similarity."""
         name = "similarity matrix" if self.similarity == "precomputed" else "X"
         X, k, rng = self._validate_fit(X, name=name)

@@ -19,7 +19,7 @@ import dask.array as da
 import numpy as np
 from scipy.optimize import nnls
 
-from .._validation import compute, is_dask, persisted
+from .._validation import Array, RandomState, compute, is_dask, persisted
 from ._base import ClusterBase, _n_features, eager_labels
 from .kmeans import KMeans
 
@@ -73,7 +73,7 @@ class NMF(ClusterBase):
         solver: str = "als",
         max_iter: int = 200,
         tol: float = 1e-5,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.solver = solver
@@ -86,7 +86,7 @@ class NMF(ClusterBase):
         tags.input_tags.positive_only = True
         return tags
 
-    def fit(self, X: Any, y: Any = None) -> NMF:
+    def fit(self, X: Array, y: object = None) -> NMF:
         A, k, rng = self._validate_fit(X)
         (amin,) = compute(A.min())
         if float(amin) < 0:
@@ -165,14 +165,14 @@ class SemiNMF(ClusterBase):
         *,
         max_iter: int = 200,
         tol: float = 1e-5,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.max_iter = max_iter
         self.tol = tol
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> SemiNMF:
+    def fit(self, X: Array, y: object = None) -> SemiNMF:
         X, k, rng = self._validate_fit(X)
         seed = int(rng.integers(2**31 - 1))
         init = KMeans(k, random_state=seed).fit(X).labels_
@@ -199,7 +199,7 @@ class SemiNMF(ClusterBase):
         return _fitted(self, X, G, Ft, n_iter)
 
 
-def _fitted(est: _F, X: Any, W: Any, H: np.ndarray, n_iter: int) -> _F:
+def _fitted(est: _F, X: Array, W: Any, H: np.ndarray, n_iter: int) -> _F:
     """The fitted attributes both factorizations share: weights (n × K, lazy for dask),
     components, the labels (each row's largest weight), the iterations."""
     est.weights_ = W
@@ -243,5 +243,5 @@ def _nnls_gram(G: np.ndarray, B: np.ndarray) -> np.ndarray:
 def _map_rows(A: Any, fn: Any, k: int) -> Any:
     if is_dask(A):
         Ar = A.rechunk({1: -1}) if A.numblocks[1] > 1 else A
-        return Ar.map_blocks(fn, chunks=(Ar.chunks[0], (k,)), dtype=np.float64)
+        return da.map_blocks(fn, Ar, chunks=(Ar.chunks[0], (k,)), dtype=np.float64)
     return fn(np.asarray(A))

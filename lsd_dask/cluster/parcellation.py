@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import clone
 
-from .._validation import persisted
+from .._validation import Array, RandomState, persisted
 from ..similarity import unit_rows
 from ..surface import contiguous_parcels, merge_small_regions, smooth_on_mesh, smoothing_steps
 from ._base import ClusterBase, _n_features, constraint_error, eager_labels
@@ -133,7 +133,7 @@ class MeshParcellation(ClusterBase):
         contiguous: bool = False,
         min_parcel_size: int = 0,
         min_region_size: int = 20,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.estimator = estimator
         self.n_clusters = n_clusters
@@ -147,7 +147,7 @@ class MeshParcellation(ClusterBase):
         self.min_region_size = min_region_size
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> MeshParcellation:
+    def fit(self, X: Array, y: object = None) -> MeshParcellation:
         """Blur, fit (and merge), then make parcels contiguous; X is (n_samples, d)."""
         X, k, _ = self._validate_fit(X)
         if self.estimator is None:
@@ -192,7 +192,7 @@ class MeshParcellation(ClusterBase):
         """The spatial options set away from their defaults (each needs the mesh)."""
         return {k: v for k, v in self._options().items() if v != SPATIAL_OPTIONS[k]}
 
-    def _blurred(self, X: Any, A: sp.csr_matrix | None) -> tuple[Any, int]:
+    def _blurred(self, X: Array, A: sp.csr_matrix | None) -> tuple[Any, int]:
         if self.feature_smoothing_mm == 0:
             return X, 0
         if self.vertices is None or len(self.vertices) != X.shape[0]:

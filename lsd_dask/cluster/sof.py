@@ -13,12 +13,10 @@ is gathered first and refused above ``max_samples``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._validation import is_dask
+from .._validation import Array, RandomState, to_numpy
 from ..linalg.simplex import project_rows_simplex
 from ._base import ClusterBase, _n_features, eager_labels
 from .kmeans import KMeans
@@ -90,7 +88,7 @@ class SoF(ClusterBase):
         step: float = 2.0,
         max_inner: int = 300,
         max_samples: int = 5000,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.n_neighbors = n_neighbors
@@ -102,20 +100,19 @@ class SoF(ClusterBase):
         self.max_samples = max_samples
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> SoF:
+    def fit(self, X: Array, y: object = None) -> SoF:
         X, k, rng = self._validate_fit(X)
         n = X.shape[0]
         if n > self.max_samples:
             raise ValueError(
                 f"SoF forms an n×n matrix; {n} samples exceed max_samples={self.max_samples}."
             )
-        if is_dask(X):
-            X = X.compute()
+        data = to_numpy(X)  # the n × n matrix needs every row here
         if self.n_neighbors >= n:
             raise ValueError(f"n_neighbors={self.n_neighbors} must be below n_samples={n}.")
-        P = soft_cluster_matrix(X, self.n_neighbors)
+        P = soft_cluster_matrix(data, self.n_neighbors)
         seed = int(rng.integers(2**31 - 1))
-        init = KMeans(k, n_init=1, random_state=seed).fit(X).labels_
+        init = KMeans(k, n_init=1, random_state=seed).fit(data).labels_
         W = 0.9 * np.eye(k)[init] + 0.1 / k
         W = _penalty_descent(
             P,

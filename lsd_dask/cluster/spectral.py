@@ -19,7 +19,15 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import eigsh
 
-from .._validation import check_array, check_n_clusters, check_random_state, compute, is_dask
+from .._validation import (
+    Array,
+    RandomState,
+    check_array,
+    check_n_clusters,
+    check_random_state,
+    compute,
+    is_dask,
+)
 from ..linalg.eigen import top_eigenpairs, top_eigenpairs_from_factor
 from ..similarity import gram_factor, median_bandwidth, rbf_kernel, unit_rows
 from ._base import ClusterBase, _n_features, eager_labels
@@ -77,7 +85,7 @@ class SpectralClustering(ClusterBase):
         sigma: float | None = None,
         n_landmarks: int = 1000,
         n_init: int = 10,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.affinity = affinity
@@ -86,7 +94,7 @@ class SpectralClustering(ClusterBase):
         self.n_init = n_init
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> SpectralClustering:
+    def fit(self, X: Array, y: object = None) -> SpectralClustering:
         self._check_params()
         rng = check_random_state(self.random_state)
         if not sp.issparse(X):

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.cluster import AgglomerativeClustering
 
-from .._validation import compute, to_numpy
+from .._validation import Array, RandomState, compute, to_numpy
 from ..linalg.reductions import cluster_sums
 from ._base import ClusterBase, _n_features, eager_labels
 from ._spatial import check_connectivity
@@ -77,13 +77,13 @@ class MeshWard(ClusterBase):
     }
 
     def __init__(
-        self, n_clusters: int = 8, *, connectivity: Any = None, random_state: Any = None
+        self, n_clusters: int = 8, *, connectivity: Any = None, random_state: RandomState = None
     ) -> None:
         self.n_clusters = n_clusters
         self.connectivity = connectivity
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> MeshWard:
+    def fit(self, X: Array, y: object = None) -> MeshWard:
         """Fit to features X (n_samples × n_features)."""
         X, k, _ = self._validate_fit(X)
         data = to_numpy(X)
@@ -161,7 +161,7 @@ class WardMerge(ClusterBase):
         *,
         oversegment: float = 2.0,
         connectivity: Any = None,
-        random_state: Any = None,
+        random_state: RandomState = None,
     ) -> None:
         self.estimator = estimator
         self.n_clusters = n_clusters
@@ -169,7 +169,7 @@ class WardMerge(ClusterBase):
         self.connectivity = connectivity
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> WardMerge:
+    def fit(self, X: Array, y: object = None) -> WardMerge:
         """Fit the fine clustering to X (n_samples × n_features), then merge."""
         X, k, _ = self._validate_fit(X)
         if self.estimator is None or not hasattr(self.estimator, "get_params"):
@@ -191,7 +191,7 @@ class WardMerge(ClusterBase):
 
 
 def ward_merge(
-    X: Any, labels: Any, n_clusters: int, *, connectivity: Any = None
+    X: Array, labels: Any, n_clusters: int, *, connectivity: Any = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Merge the clusters of ``labels`` down to ``n_clusters`` with Ward's linkage.
 

@@ -24,13 +24,12 @@ The truth is the atlas (parcels ``1..P``, ``0`` on the medial wall).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.signal import lfilter
 
-from .._validation import check_random_state
+from .._validation import RandomState, check_random_state
 from ..surface import Mesh, combine_meshes, smooth_on_mesh
 from ._study import SplitStudy
 from .templates import load_atlas, load_group_connectivity, load_template
@@ -121,7 +120,7 @@ def realistic_study(
     smooth_noise: float = 0.5,
     noise_smoothing: int = 3,
     tr: float = 0.72,
-    random_state: Any = 0,
+    random_state: RandomState = 0,
 ) -> RealisticStudy:
     """Build a realistic two-split study (see the module docstring for the model).
 

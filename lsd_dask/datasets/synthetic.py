@@ -8,13 +8,12 @@ generator takes ``random_state`` and returns the ground-truth labels ``0..K-1``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import scipy.ndimage as ndi
 import scipy.sparse as sp
 
-from .._validation import check_random_state
+from .._validation import RandomState, check_random_state
 from ..surface import Mesh, combine_meshes, grid_adjacency, grow_regions, smooth_on_mesh
 from ._study import SplitStudy
 
@@ -39,7 +38,7 @@ def blumensath_table_data(
     n_features: int = 1000,
     n_clusters: int = 10,
     n_samples: int = 100,
-    random_state: Any = None,
+    random_state: RandomState = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Data of Blumensath's Tables I and II: ``X = D* S* + E``.
 
@@ -81,7 +80,7 @@ def blumensath_dataset(
     n_features: int = 1000,
     n_clusters: int = 10,
     n_samples: int = 100,
-    random_state: Any = None,
+    random_state: RandomState = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Blumensath's datasets 1–3 (section IV.B), observations normalised to unit length.
 
@@ -124,7 +123,7 @@ def brain_grid(
     n_regions: int = 40,
     sigma_range: tuple[float, float] = (0.2, 5.0),
     beta_variance: float = 0.2,
-    random_state: Any = None,
+    random_state: RandomState = None,
 ) -> tuple[np.ndarray, np.ndarray, sp.csr_matrix]:
     """Blumensath's brain-like grid: 40 connected regions grown on a 64×64 grid.
 
@@ -190,7 +189,7 @@ def lsdable_similarity(
     *,
     max_mixing: float = 0.3,
     n_pure: int = 1,
-    random_state: Any = None,
+    random_state: RandomState = None,
 ) -> LSDableData:
     """A left-stochastic P with a planted hard clustering, and ``K = P^T P``.
 
@@ -279,7 +278,7 @@ def surface_study(
     noise_std: float = 1.0,
     smoothing_iter: int = 2,
     medial_wall_fraction: float = 0.0,
-    random_state: Any = None,
+    random_state: RandomState = None,
 ) -> SurfaceStudy:
     """Build a synthetic split-half surface study with parcels grown on ``meshes``.
 

@@ -541,7 +541,10 @@ READERS: dict[str, Reader] = {
         ("left", "right"), _hemisphere_counts, _load_hemispheres, _gifti_t_r, suffixes=(".gii",)
     ),
     "mgh": Reader(
-        ("left", "right"), _hemisphere_counts, _load_hemispheres, _mgh_t_r,
+        ("left", "right"),
+        _hemisphere_counts,
+        _load_hemispheres,
+        _mgh_t_r,
         exclude_suffixes=(".gii",),
     ),  # fmt: skip
     "zarr": Reader(("zarr",), _zarr_counts, lambda f: read_zarr_subject(f.paths[0]), _zarr_t_r),

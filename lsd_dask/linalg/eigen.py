@@ -14,14 +14,14 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
-from .._validation import check_random_state, compute, is_dask
+from .._validation import RandomState, check_random_state, compute, is_dask
 
 __all__ = ["factor_gram", "factor_route", "top_eigenpairs", "top_eigenpairs_from_factor"]
 
 _DENSE_EIGH_MAX = 3000
 
 
-def top_eigenpairs(K: Any, k: int, *, random_state: Any = None) -> tuple[np.ndarray, Any]:
+def top_eigenpairs(K: Any, k: int, *, random_state: RandomState = None) -> tuple[np.ndarray, Any]:
     """Top-k eigenpairs (largest algebraic) of a symmetric matrix.
 
     Dense ``eigh`` for small n or k above n/10, Lanczos (``eigsh``, seeded start vector)
@@ -53,7 +53,7 @@ def top_eigenpairs(K: Any, k: int, *, random_state: Any = None) -> tuple[np.ndar
 
 
 def top_eigenpairs_from_factor(
-    F: Any, k: int, *, random_state: Any = None, gram: np.ndarray | None = None
+    F: Any, k: int, *, random_state: RandomState = None, gram: np.ndarray | None = None
 ) -> tuple[np.ndarray, Any]:
     """Top-k eigenpairs of ``K = F F^T`` from F (n × r), no n×n array.
 

@@ -28,7 +28,15 @@ import scipy.linalg as sla
 from dask.base import compute as dask_compute
 from dask.delayed import delayed
 
-from .._validation import as_array, check_random_state, compute, is_dask, to_numpy
+from .._validation import (
+    Array,
+    RandomState,
+    as_array,
+    check_random_state,
+    compute,
+    is_dask,
+    to_numpy,
+)
 
 __all__ = [
     "randomized_svd",
@@ -41,12 +49,12 @@ __all__ = [
 
 
 def randomized_svd(
-    X: Any,
+    X: Array,
     k: int,
     *,
     n_oversamples: int = 10,
     n_power_iter: int = 2,
-    random_state: Any = None,
+    random_state: RandomState = None,
     persist: bool = True,
     fuse_passes: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -130,7 +138,7 @@ def randomized_svd(
     Ub = np.ascontiguousarray(Ub, dtype)
     if is_dask(Q):
         # row block by row block (dask's matmul would rechunk the k columns)
-        U = Q.map_blocks(np.matmul, Ub, chunks=(Q.chunks[0], (k,)), dtype=dtype)
+        U = da.map_blocks(np.matmul, Q, Ub, chunks=(Q.chunks[0], (k,)), dtype=dtype)
         if persist:
             U = _persisted(U)  # read by the sign flip and by the caller: computed once
     else:
@@ -364,7 +372,7 @@ class _DaskPasses:
     """X as a dask array, read through its own graph: a task per column block (which reads
     that block once) and a tree sum of the n × l contributions."""
 
-    def __init__(self, X: Any, l: int, seed: int, persist: bool) -> None:
+    def __init__(self, X: da.Array, l: int, seed: int, persist: bool) -> None:
         self.X = _bounded_column_blocks(X)
         self.l, self.seed, self.eager = l, seed, persist
 
@@ -449,7 +457,7 @@ class _BlockPasses:
         return da.from_delayed(total, (self.z.shape[0], self.l), dtype=self.dtype)
 
 
-def _is_block_source(X: Any) -> bool:
+def _is_block_source(X: Array) -> bool:
     """A column-block source: reads its own column blocks (``read_columns``)."""
     return callable(getattr(X, "read_columns", None))
 
@@ -578,12 +586,13 @@ def _flatten(parts: Any) -> Iterator[Any]:
         yield parts
 
 
-def _bounded_column_blocks(X: Any, target_bytes: float = _BLOCK_BYTES) -> Any:
+def _bounded_column_blocks(X: da.Array, target_bytes: float = _BLOCK_BYTES) -> da.Array:
     """Split column chunks so one column block of all rows stays near ``target_bytes``."""
     cap = _max_block_columns(X.shape[0], X.dtype.itemsize, target_bytes)
     if max(X.chunks[1]) <= cap:
         return X
-    return X.rechunk({1: cap})
+    out: da.Array = X.rechunk({1: cap})
+    return out
 
 
 def _persisted(x: Any) -> Any:

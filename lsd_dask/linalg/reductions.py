@@ -12,12 +12,12 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
-from .._validation import is_dask, to_numpy
+from .._validation import Array, is_dask, to_numpy
 
 __all__ = ["cluster_sums", "own_centre_projection", "rows_like"]
 
 
-def cluster_sums(X: Any, labels: Any, n_clusters: int, *, weights: Any = None) -> Any:
+def cluster_sums(X: Array, labels: Any, n_clusters: int, *, weights: Any = None) -> Any:
     """Sum the rows of ``X`` per cluster: ``S[c] = sum_{i: labels_i = c} w_i X_i``.
 
     Parameters
@@ -58,7 +58,7 @@ def cluster_sums(X: Any, labels: Any, n_clusters: int, *, weights: Any = None) -
     return parts.reshape((nb, n_clusters, X2.shape[1])).sum(axis=0)
 
 
-def own_centre_projection(X: Any, labels: Any, centres: np.ndarray) -> Any:
+def own_centre_projection(X: Array, labels: Any, centres: np.ndarray) -> Any:
     """``x_i · c_{labels_i}`` for every row: each sample against its own centre.
 
     Lazy (blockwise) for dask X; numpy otherwise.
@@ -75,7 +75,7 @@ def own_centre_projection(X: Any, labels: Any, centres: np.ndarray) -> Any:
     )
 
 
-def rows_like(v: Any, X: Any) -> Any:
+def rows_like(v: Any, X: Array) -> Any:
     """Return ``v`` (n_samples,) chunked like the rows of a dask ``X``; for numpy ``X``,
     ``v`` as numpy."""
     if not is_dask(X):

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from .._validation import RandomState
 from ..datasets.synthetic import surface_study
 from ..io.surface_files import (
     write_dtseries,
@@ -100,7 +101,7 @@ def synthesize(
     n_subjects: tuple[int, int] = (33, 33),
     n_timepoints: int = 1000,
     fmt: str = "gifti",
-    random_state: Any = 0,
+    random_state: RandomState = 0,
     log: Callable[[str], None] | None = None,
     **study_kwargs: Any,
 ) -> Path:
