@@ -1,0 +1,193 @@
+"""The field's measures against their dense pairwise definitions, on a sphere mesh: CBIG
+homogeneity from every pair's correlation, DCBC from all-pairs shortest paths and binned
+correlations, the neighbour silhouette from the full distance matrix; and the properties
+that make them worth reporting (a planted truth beats its spins, random parcels score
+DCBC about 0)."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.sparse.csgraph import shortest_path
+from scipy.spatial import cKDTree
+from scipy.spatial.transform import Rotation
+
+from lsd_dask import evaluation as ev
+from lsd_dask.surface import grow_regions, icosphere
+
+
+def _mesh(frequency=12, radius=50.0):
+    m = icosphere(frequency, radius=radius)
+    return m.vertices, m.adjacency()
+
+
+def _planted(frequency=12, k=8, T=80, noise=2.0, seed=0):
+    """Series of parcels grown on the sphere: a signal per parcel plus white noise."""
+    V, A = _mesh(frequency)
+    truth = grow_regions(A, k, random_state=seed) + 1
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((k + 1, T))[truth] + noise * rng.standard_normal((V.shape[0], T))
+    return X, truth, V, A
+
+
+def _edge_lengths(V, A):
+    """The mesh graph weighted by edge length (the dense reference's own)."""
+    coo = A.tocoo()
+    lengths = np.linalg.norm(V[coo.row] - V[coo.col], axis=1)
+    return sp.csr_matrix((lengths, (coo.row, coo.col)), shape=A.shape)
+
+
+def _dense_homogeneity(X, labels):
+    """CBIG's definition: the off-diagonal mean of each parcel's correlation matrix,
+    weighted by parcel size (one run, so no Fisher averaging)."""
+    total, weight = 0.0, 0
+    for p in np.unique(labels[labels > 0]):
+        C = np.corrcoef(X[labels == p])
+        n = C.shape[0]
+        c = (C.sum() - n) / (n * (n - 1)) if n > 1 else 0.0
+        total += n * c
+        weight += n
+    return total / weight
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 1000), k=st.integers(2, 15))
+def test_homogeneity_equals_every_pair_and_dask_equals_numpy(seed, k):
+    X, _, _, A = _planted(frequency=6, seed=seed)
+    labels = grow_regions(A, k, random_state=seed) + 1
+    labels[::17] = 0  # background vertices are left out
+    Z = ev.unit_series(X)
+    ref = _dense_homogeneity(X, labels)
+    assert ev.homogeneity(Z, labels) == pytest.approx(ref, abs=1e-10)
+    lazy = ev.homogeneity(ev.unit_series(da.from_array(X, chunks=(100, 80))), labels)
+    assert lazy == pytest.approx(ref, abs=1e-10)
+
+
+def test_homogeneity_of_singletons_is_zero_as_in_cbig():
+    X, _, _, _ = _planted(frequency=4)
+    labels = np.arange(X.shape[0]) + 1
+    assert ev.homogeneity(ev.unit_series(X), labels) == 0.0
+
+
+def test_geodesic_pairs_equal_all_pairs_shortest_paths():
+    V, A = _mesh(8)
+    pairs = ev.geodesic_pairs(V, A, max_dist=20.0, batch=37)
+    D = shortest_path(_edge_lengths(V, A), directed=False)
+    i, j = np.nonzero(np.triu(D <= 20.0, k=1))
+    got = dict(zip(zip(pairs.rows.tolist(), pairs.cols.tolist(), strict=True),
+                   pairs.distances.tolist(), strict=True))  # fmt: skip
+    assert set(got) == set(zip(i.tolist(), j.tolist(), strict=True))
+    np.testing.assert_allclose([got[p] for p in zip(i, j, strict=True)], D[i, j], rtol=1e-12)
+
+
+def _dense_dcbc(X, labels, D, max_dist, width):
+    """DiedrichsenLab's numpy DCBC on dense matrices: per bin the mean covariance over the
+    mean standard-deviation product of within and between pairs, weighted."""
+    cov = np.cov(X)
+    sd = np.sqrt(np.diag(cov))
+    var = np.outer(sd, sd)
+    iu = np.triu_indices(X.shape[0], k=1)
+    d, r, c = D[iu], iu[0], iu[1]
+    fg = (labels[r] > 0) & (labels[c] > 0)
+    d, r, c = d[fg], r[fg], c[fg]
+    cw, cb, nw, nb = [], [], [], []
+    for b in range(int(np.floor(max_dist / width))):
+        inb = (d > b * width) & (d <= (b + 1) * width)
+        same = labels[r[inb]] == labels[c[inb]]
+        rw, cwi = r[inb][same], c[inb][same]
+        rb, cbi = r[inb][~same], c[inb][~same]
+        nw.append(rw.size)
+        nb.append(rb.size)
+        with np.errstate(invalid="ignore"):
+            cw.append(np.nanmean(cov[rw, cwi]) / np.nanmean(var[rw, cwi]) if rw.size else np.nan)
+            cb.append(np.nanmean(cov[rb, cbi]) / np.nanmean(var[rb, cbi]) if rb.size else np.nan)
+    nw, nb = np.array(nw, float), np.array(nb, float)
+    with np.errstate(divide="ignore"):
+        w = np.where((nw > 0) & (nb > 0), 1 / (1 / nw + 1 / nb), 0.0)
+    w = w / w.sum()
+    return float(np.nansum((np.array(cw) - np.array(cb)) * w))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dcbc_equals_the_dense_reference(seed):
+    X, truth, V, A = _planted(frequency=8, seed=seed)
+    X = (X - X.mean(1, keepdims=True)) / X.std(1, keepdims=True)  # the reference's var = 1
+    pairs = ev.geodesic_pairs(V, A, max_dist=35.0)
+    D = shortest_path(_edge_lengths(V, A), directed=False)
+    r = ev.pair_correlations(ev.unit_series(X), pairs)
+    for labels in (truth, grow_regions(A, 5, random_state=seed + 10) + 1):
+        got = ev.dcbc(labels, pairs, r, bin_width=5.0)
+        assert got.value == pytest.approx(_dense_dcbc(X, labels, D, 35.0, 5.0), abs=1e-10)
+    lazy = ev.pair_correlations(da.from_array(ev.unit_series(X), chunks=(50, 80)), pairs)
+    np.testing.assert_allclose(lazy, r, atol=1e-12)
+
+
+def test_random_parcels_score_dcbc_about_zero_however_smooth_the_data():
+    """Smooth data with no parcels in it: random contiguous parcels give DCBC near 0,
+    since within and between pairs are compared at the same distance."""
+    V, A = _mesh(24, radius=70.0)
+    rng = np.random.default_rng(3)
+    X = np.column_stack([np.sin(V @ rng.standard_normal(3) / 15) for _ in range(60)])
+    X += 0.5 * rng.standard_normal(X.shape)
+    pairs = ev.geodesic_pairs(V, A, max_dist=35.0)
+    r = ev.pair_correlations(ev.unit_series(X), pairs)
+    values = [ev.dcbc(grow_regions(A, 30, random_state=s) + 1, pairs, r, bin_width=2.0).value
+              for s in range(5)]  # fmt: skip
+    assert max(abs(v) for v in values) < 0.02, values
+
+
+def _dense_silhouette(X, labels, A):
+    Dm = 1.0 - np.corrcoef(X)
+    coo = A.tocoo()
+    out = []
+    for v in np.flatnonzero(labels > 0):
+        i = labels[v]
+        own = labels == i
+        if own.sum() < 2:
+            out.append(0.0)
+            continue
+        a = Dm[v, own & (np.arange(labels.size) != v)].mean()
+        touching = {labels[c] for r_, c in zip(coo.row, coo.col, strict=True)
+                    if labels[r_] == i and labels[c] not in (i, 0)}  # fmt: skip
+        if not touching:
+            out.append(0.0)
+            continue
+        b = min(Dm[v, labels == j].mean() for j in touching)
+        out.append((b - a) / max(a, b))
+    return float(np.mean(out))
+
+
+def test_neighbour_silhouette_equals_the_dense_definition():
+    X, truth, V, A = _planted(frequency=6, k=6)
+    for labels in (truth, grow_regions(A, 9, random_state=4) + 1):
+        got = ev.neighbour_silhouette(ev.unit_series(X), labels, A)
+        assert got == pytest.approx(_dense_silhouette(X, labels, A), abs=1e-10)
+
+
+def _spins(V, n, seed):
+    """Vertex maps of random rotations of the sphere (nearest vertex after rotating)."""
+    tree = cKDTree(V)
+    rots = Rotation.random(n, random_state=seed)
+    return [tree.query(R.apply(V))[1] for R in rots]
+
+
+def test_a_planted_truth_beats_every_spin_of_itself_on_every_measure():
+    X, truth, V, A = _planted(frequency=12, k=10, noise=3.0, seed=5)
+    Z = ev.unit_series(X)
+    pairs = ev.geodesic_pairs(V, A, max_dist=35.0)
+    r = ev.pair_correlations(Z, pairs)
+    spins = _spins(V, 20, seed=1)
+    for score in (
+        lambda lab: ev.homogeneity(Z, lab),
+        lambda lab: ev.dcbc(lab, pairs, r, bin_width=3.0).value,
+        lambda lab: ev.neighbour_silhouette(Z, lab, A),
+    ):
+        res = ev.spin_null(score, truth, spins)
+        nulls = [score(truth[index]) for index in spins]
+        assert res["value"] > max(nulls)
+        assert res["z"] is not None and res["z"] > 3
+        assert res["null_mean"] == pytest.approx(np.mean(nulls))
