@@ -144,6 +144,12 @@ def _sidecar(
             f"split {splits[0]}: each parcel takes the id of the {splits[0]} parcel it "
             "overlaps most (Hungarian method); unmatched parcels take ids above those."
         )
+    if score is not None and any(key.startswith("heldout_") for key in score):
+        # on the other split's data, both directions averaged (see report.json's
+        # scores_explained.heldout)
+        out["HeldOutScores"] = {
+            key.removeprefix("heldout_"): score[key] for key in score if key.startswith("heldout_")
+        }
     if score is not None:
         out["SplitHalfScores"] = {
             key: score[key]

@@ -99,6 +99,12 @@ def _score_table(rows: list[dict[str, Any]]) -> str:
         ("ami", "AMI"),
         ("ari", "ARI"),
         ("n_regions", "regions"),
+        ("heldout_homogeneity", "held-out homogeneity"),
+        ("heldout_homogeneity_z", "z (spin)"),
+        ("heldout_dcbc", "DCBC"),
+        ("heldout_dcbc_z", "z (spin)"),
+        ("heldout_silhouette", "silhouette"),
+        ("heldout_silhouette_z", "z (spin)"),
     ]
     head = "".join(f"<th>{html.escape(title)}</th>" for _, title in cols)
     body = []

@@ -22,21 +22,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .blur import BlurStage
+from . import plan
 from .config import PipelineConfig
-from .fits import ClusterStage
-from .ingest import IngestStage
 from .outputs import write_outputs
 from .preflight import preflight
 from .report import write_report
 from .scores import score_run
-from .stages import Log, RunContext, Stage, get_log, run_stage
-from .svd import SvdStage
+from .stages import Log, RunContext, get_log, run_stage
 
-__all__ = ["run_pipeline", "preflight", "STAGES"]
-
-#: the stages, in the order they run
-STAGES: list[Stage] = [IngestStage(), SvdStage(), BlurStage(), ClusterStage()]
+__all__ = ["run_pipeline", "preflight"]
 
 
 def run_pipeline(
@@ -54,7 +48,7 @@ def run_pipeline(
     timings: dict[str, float] = {}
     log = get_log("lsd_dask.pipeline", log)
     ctx = RunContext.open(cfg, log, preflight(cfg)[0])
-    for stage in STAGES:
+    for stage in plan.STAGES:
         t0 = time.perf_counter()
         if run_stage(stage, ctx):
             timings[_TIMING_NAMES.get(stage.name, stage.name)] = time.perf_counter() - t0

@@ -92,7 +92,7 @@ def test_a_stage_that_skips_a_unit_is_an_error(tmp_path):
 
 def test_a_new_stage_is_one_line_in_the_stage_list(tmp_path, study, monkeypatch):
     """A stage that reads the cluster stage's labels runs after it, with its stamps."""
-    import lsd_dask.pipeline.run as run_mod
+    import lsd_dask.pipeline.plan as plan
 
     class ParcelSizes:
         name = "sizes"
@@ -115,7 +115,7 @@ def test_a_new_stage_is_one_line_in_the_stage_list(tmp_path, study, monkeypatch)
                 ctx.wd.save_npy(u.outputs[0], sizes)
                 yield u, sizes
 
-    monkeypatch.setattr(run_mod, "STAGES", [*run_mod.STAGES, ParcelSizes()])
+    monkeypatch.setattr(plan, "STAGES", [*plan.STAGES, ParcelSizes()])
     write_study(study, tmp_path, fmt="gifti")
     cfg = load_config(tmp_path / "pipeline.yaml", ks=[5], null_repeats=0)
     logs: list[str] = []

@@ -1,0 +1,58 @@
+"""The evaluation stage in a real run: each split's parcels scored on the other split's
+stored features, with spin nulls, into the report, the HTML page and the sidecars; reused
+on a rerun, recomputed for what changed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lsd_dask import evaluation as ev
+from lsd_dask.pipeline import load_config, run_pipeline, write_study
+from lsd_dask.pipeline.evaluate import MAX_DIST_MM
+from lsd_dask.similarity import unit_rows
+from lsd_dask.surface import mesh_adjacency
+
+
+def test_held_out_scores_equal_the_measures_on_the_other_splits_features(tmp_path, study):
+    write_study(study, tmp_path, fmt="gifti")
+    cfg = load_config(tmp_path / "pipeline.yaml", ks=[5, 10], null_repeats=4)
+    logs: list[str] = []
+    report = run_pipeline(cfg, log=logs.append)
+    work = cfg.output / "work"
+    kept = np.load(work / "mask.npy")
+    m = study.meshes
+    sizes = [m["left"].n_vertices, m["right"].n_vertices]
+    A = mesh_adjacency([m["left"].faces, m["right"].faces], sizes)[kept][:, kept].tocsr()
+    V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
+    pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM)
+    Z2 = unit_rows(np.load(work / "split2_U.npy") * np.load(work / "split2_s.npy"))
+    for row in report["scores"]:
+        k = row["k"]
+        saved = json.loads((work / "evaluation" / f"directional_K{k}.json").read_text())
+        lab1 = np.load(work / "labels" / f"split1_directional_K{k}.npy")[kept]
+        direction = saved["split1_on_split2"]
+        assert direction["homogeneity"]["value"] == pytest.approx(ev.homogeneity(Z2, lab1))
+        r = ev.pair_correlations(Z2, pairs)
+        assert direction["dcbc"]["value"] == pytest.approx(ev.dcbc(lab1, pairs, r).value)
+        assert direction["silhouette"]["value"] == pytest.approx(
+            ev.neighbour_silhouette(Z2, lab1, A)
+        )
+        mean = np.mean([saved[d]["homogeneity"]["value"] for d in saved if d != "mean"])
+        assert row["heldout_homogeneity"] == pytest.approx(mean)
+        # the planted parcels are found: far above their spins on held-out data
+        assert row["heldout_homogeneity_z"] > 3 and row["heldout_dcbc"] > 0
+    assert "heldout" in report["scores_explained"]
+    page = (cfg.output / "report.html").read_text()
+    assert "held-out homogeneity" in page and "DCBC" in page
+    sidecar = next((cfg.output / "labels").glob("*desc-K5split1_dseg.json"))
+    held = json.loads(sidecar.read_text())["HeldOutScores"]
+    assert held["homogeneity"] == pytest.approx(report["scores"][0]["heldout_homogeneity"])
+
+    logs.clear()
+    run_pipeline(load_config(tmp_path / "pipeline.yaml", ks=[5, 8], null_repeats=4),
+                 log=logs.append)  # fmt: skip
+    assert "[evaluate] directional K=5 done earlier, skipped" in logs
+    assert any(line.startswith("[evaluate] directional K=8: held-out") for line in logs)
