@@ -1,0 +1,63 @@
+"""What the held-out measures cost at full vertex count, per parcellation and per spin.
+
+    python benchmarks/evaluation_cost.py [--frequency 57] [--rank 1000] [--k 400]
+
+Two icospheres of ``10 f² + 2`` vertices each (f = 57: 2 × 32,492, 32k_fs_LR's count and
+about its 2 mm spacing at radius 100 mm) stand in for the cortex; the features are random
+unit rows of width ``--rank`` (the cost does not depend on their values); the parcellation
+is K regions grown on the mesh. Prints the seconds of each step of the evaluation stage
+(:mod:`lsd_dask.pipeline.evaluate`) and the peak resident memory of this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+
+from lsd_dask import evaluation as ev
+from lsd_dask.surface import grow_regions, mesh_adjacency, two_hemisphere_mesh
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--frequency", type=int, default=57)
+    parser.add_argument("--rank", type=int, default=1000)
+    parser.add_argument("--k", type=int, default=400)
+    args = parser.parse_args()
+    meshes = two_hemisphere_mesh(args.frequency, radius=100.0)
+    sizes = [meshes[h].n_vertices for h in ("left", "right")]
+    A = mesh_adjacency([meshes[h].faces for h in ("left", "right")], sizes)
+    V = np.concatenate([meshes[h].vertices for h in ("left", "right")])
+    n = V.shape[0]
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((n, args.rank), dtype=np.float32)
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    labels = grow_regions(A, args.k, random_state=0) + 1
+    print(f"{n} vertices, rank {args.rank}, K = {args.k}")
+    rows = []
+
+    def timed(name, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        rows.append((name, time.perf_counter() - t0))
+        return out
+
+    pairs = timed("geodesic pairs within 35 mm (once per run)", lambda: ev.geodesic_pairs(V, A))
+    r = timed("pair correlations (once per split)", lambda: ev.pair_correlations(Z, pairs))
+    timed("homogeneity (per parcellation or spin)", lambda: ev.homogeneity(Z, labels))
+    timed("DCBC (per parcellation or spin)", lambda: ev.dcbc(labels, pairs, r))
+    timed("neighbour silhouette (per parcellation or spin)",
+          lambda: ev.neighbour_silhouette(Z, labels, A))  # fmt: skip
+    print(f"{len(pairs)} pairs ({len(pairs) / n:.0f} per vertex)")
+    print("| step | seconds |\n|---|---|")
+    for name, s in rows:
+        print(f"| {name} | {s:.2f} |")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"peak RSS {peak:.2f} GB")
+
+
+if __name__ == "__main__":
+    main()
