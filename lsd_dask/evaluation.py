@@ -116,9 +116,21 @@ class VertexPairs:
     cols: np.ndarray
     distances: np.ndarray
     max_dist: float
+    _bins: dict[float, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.rows.size)
+
+    def bin_index(self, width: float) -> np.ndarray:
+        """Each pair's distance bin (``(b w, (b + 1) w]`` is bin b; -1 outside
+        ``max_dist`` or at distance 0), computed once per width and kept: every
+        parcellation and spin scored on these pairs reuses it."""
+        if width not in self._bins:
+            n_bins = int(np.floor(self.max_dist / width))
+            b = np.ceil(self.distances / width).astype(np.int64) - 1
+            b[(self.distances <= 0) | (b >= n_bins)] = -1
+            self._bins[width] = b.astype(np.int16 if n_bins < 2**15 else np.int32)
+        return self._bins[width]
 
 
 def geodesic_pairs(
@@ -240,16 +252,15 @@ def dcbc(
     """
     lab = np.asarray(labels)
     n_bins = int(np.floor(pairs.max_dist / bin_width))
+    bins = pairs.bin_index(bin_width)
     a, b = lab[pairs.rows], lab[pairs.cols]
-    use = (a != background) & (b != background) & (pairs.distances > 0)
-    bins = np.ceil(pairs.distances[use] / bin_width).astype(np.int64) - 1
-    keep = (bins >= 0) & (bins < n_bins)
-    bins, r = bins[keep], correlations[use][keep]
-    within = (a[use] == b[use])[keep]
+    scored = (a != background) & (b != background) & (bins >= 0)
+    same = a == b
+    within, between = scored & same, scored & ~same
     n_w = np.bincount(bins[within], minlength=n_bins).astype(np.float64)
-    n_b = np.bincount(bins[~within], minlength=n_bins).astype(np.float64)
-    s_w = np.bincount(bins[within], weights=r[within], minlength=n_bins)
-    s_b = np.bincount(bins[~within], weights=r[~within], minlength=n_bins)
+    n_b = np.bincount(bins[between], minlength=n_bins).astype(np.float64)
+    s_w = np.bincount(bins[within], weights=correlations[within], minlength=n_bins)
+    s_b = np.bincount(bins[between], weights=correlations[between], minlength=n_bins)
     with np.errstate(divide="ignore", invalid="ignore"):
         c_w, c_b = s_w / n_w, s_b / n_b
         w = np.where((n_w > 0) & (n_b > 0), 1.0 / (1.0 / n_w + 1.0 / n_b), 0.0)
