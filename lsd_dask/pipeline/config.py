@@ -21,13 +21,17 @@ A pipeline YAML looks like::
     min_region_size: 20
     features: null                 # each method's own (see pipeline/methods.py), or
                                    # us: rows of U·Σ, u: rows of U (the paper's), for all
+    # the spatial options: every parameter of lsd_dask.cluster.MeshParcellation but the
+    # estimator, K, the mesh and the seed (lsd_dask.cluster.SPATIAL_OPTIONS), with its
+    # default and bounds; here every method's, or per variant. Among them:
     feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first;
                                    # auto: each split's two halves choose it (pipeline/blur.py)
-    contiguous: false              # true: connected parcels, fragments merged (see run.py)
     spatial_weight: 0              # directional, spherical_kmeans: Potts penalty per cut edge
     oversegment: 1                 # > 1: fit oversegment × K clusters, then merge neighbours
                                    # on the mesh with Ward's linkage down to K
-                                   # (these four: every method's default)
+    contiguous: false              # true: connected parcels, fragments merged
+    min_parcel_size: 0             # parcels under this size merge into their most similar
+                                   # neighbour
     nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
     preprocess:                    # per subject at ingest, before the SVD (default: none)
       smoothing_mm: 0              # FWHM along the mesh
