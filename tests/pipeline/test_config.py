@@ -194,4 +194,3 @@ def test_every_spatial_option_of_the_estimator_is_a_pipeline_key(folder):
             assert isinstance(est, MeshParcellation) and getattr(est, name) == value, name
             assert cfg.methods[0].needs_mesh, name  # an option away from its default
             assert cfg.to_dict()["methods"][0][name] == value, name
-
