@@ -10,7 +10,8 @@ subjects concatenated.
 - :func:`homogeneity`: CBIG's resting-state homogeneity (Schaefer et al. 2018, Kong et al.
   2019; ``CBIG_ComputeParcellationHomogeneity_fslr.m``): per parcel the mean correlation
   of its vertex pairs, ``c_i``; overall ``H = Σ s_i c_i / Σ s_i`` with parcel sizes
-  ``s_i``. Higher: parcels whose vertices share their signal.
+  ``s_i``. Higher: parcels whose vertices share their signal. :func:`pca_homogeneity`
+  is Gordon et al. (2016)'s variant: the variance share of each parcel's first component.
 - :func:`dcbc`: the distance-controlled boundary coefficient (Zhi et al. 2022,
   DiedrichsenLab's ``dcbc.py``): vertex pairs within ``max_dist`` mm binned by distance
   (``bin_width`` mm), per bin the mean correlation of pairs within a parcel minus that of
@@ -63,6 +64,7 @@ __all__ = [
     "homogeneity",
     "neighbour_silhouette",
     "pair_correlations",
+    "pca_homogeneity",
     "spin_null",
     "unit_series",
 ]
@@ -98,6 +100,27 @@ def homogeneity(Z: Array, labels: Any, *, background: int = 0) -> float:
     self_sq = np.bincount(lab[fg], weights=np.asarray(row_sq)[fg], minlength=n_parcels)
     c = _within_mean(np.asarray(sums, np.float64), self_sq, sizes)
     return float(np.sum(sizes * c) / max(np.sum(sizes), 1.0))
+
+
+def pca_homogeneity(Z: Array, labels: Any, *, background: int = 0) -> float:
+    """Gordon et al. (2016)'s homogeneity: the share of variance of a parcel's vertex
+    series that its first principal component explains, averaged over parcels.
+
+    For a parcel's unit rows ``Z_i`` (s_i × d) that share is ``λ_max(Z_i Z_iᵀ) / s_i``
+    (the largest eigenvalue of the parcels' correlation matrix over its trace), found
+    from the smaller of the two Gram matrices ``Z_i Z_iᵀ`` and ``Z_iᵀ Z_i``. A parcel of
+    one vertex scores 1. Needs the rows of one parcel at a time (a dask Z is computed).
+    """
+    lab, n_parcels = _compact(labels, background)
+    data = to_numpy(Z) if is_dask(Z) else np.asarray(Z)
+    order = np.argsort(lab, kind="stable")
+    bounds = np.searchsorted(lab[order], np.arange(n_parcels + 1))
+    shares = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        Zi = data[order[a:b]].astype(np.float64)
+        G = Zi @ Zi.T if Zi.shape[0] <= Zi.shape[1] else Zi.T @ Zi
+        shares.append(float(np.linalg.eigvalsh(G)[-1]) / Zi.shape[0])
+    return float(np.mean(shares)) if shares else 0.0
 
 
 @dataclass(frozen=True)

@@ -207,3 +207,18 @@ def test_pair_correlations_by_blocks_and_pair_by_pair_agree():
     Zp = np.empty_like(Z)
     Zp[perm] = Z
     np.testing.assert_allclose(ev.pair_correlations(Zp, spread, block=1), direct, rtol=1e-12)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 1000), k=st.integers(2, 12), T=st.sampled_from([20, 200]))
+def test_pca_homogeneity_equals_the_first_eigenvalue_of_each_parcels_correlations(seed, k, T):
+    """Both Gram sides (parcels larger and smaller than the series' length) against
+    numpy's eigenvalues of each parcel's correlation matrix."""
+    X, _, _, A = _planted(frequency=6, T=T, seed=seed)
+    labels = grow_regions(A, k, random_state=seed) + 1
+    labels[::13] = 0
+    ref = []
+    for p in np.unique(labels[labels > 0]):
+        C = np.atleast_2d(np.corrcoef(X[labels == p]))
+        ref.append(np.linalg.eigvalsh(C)[-1] / C.shape[0])
+    assert ev.pca_homogeneity(ev.unit_series(X), labels) == pytest.approx(np.mean(ref), abs=1e-9)
