@@ -56,3 +56,26 @@ def test_held_out_scores_equal_the_measures_on_the_other_splits_features(tmp_pat
                  log=logs.append)  # fmt: skip
     assert "[evaluate] directional K=5 done earlier, skipped" in logs
     assert any(line.startswith("[evaluate] directional K=8: held-out") for line in logs)
+
+
+def test_report_page_marks_the_best_parcellation_of_each_measure_per_k(tmp_path, study):
+    import re
+
+    write_study(study, tmp_path, fmt="gifti")
+    cfg = load_config(tmp_path / "pipeline.yaml", ks=[6], null_repeats=2,
+                      methods=["directional", "ward"])  # fmt: skip
+    report = run_pipeline(cfg, log=lambda line: None)
+    page = (cfg.output / "report.html").read_text()
+    table = page.split("<h3>K = 6</h3>", 1)[1].split("</table>", 1)[0]
+    rows = {r["method"]: r for r in report["scores"]}
+    for column, key in enumerate(["heldout_homogeneity", "heldout_dcbc", "dice"]):
+        best = max(rows, key=lambda m, key=key: rows[m][key])
+        # the best method's cell of this measure is the bold one
+        line = re.search(rf"<tr><td class='l'>{best}</td>(.*?)</tr>", table).group(1)
+        cells = re.findall(r"<td>(.*?)</td>", line)
+        index = {"heldout_homogeneity": 1, "heldout_dcbc": 2, "dice": 4}[key]
+        assert cells[index].startswith("<b>") and f"{rows[best][key]:.3f}" in cells[index]
+        other = next(m for m in rows if m != best)
+        if rows[other][key] != rows[best][key]:
+            line = re.search(rf"<tr><td class='l'>{other}</td>(.*?)</tr>", table).group(1)
+            assert not re.findall(r"<td>(.*?)</td>", line)[index].startswith("<b>"), column
