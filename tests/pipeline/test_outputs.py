@@ -226,8 +226,9 @@ def test_report_html_holds_the_figures_and_the_table(run):
                 Collect.imgs.append(dict(attrs)["src"])
 
     Collect().feed(page)
-    # header + 2 methods x 2 K in the score table, plus the timings table's 2 rows
-    assert Collect.rows == 1 + 4 + 2
+    # per K a comparison table (header + 2 methods), the score table (header + 2 methods
+    # x 2 K) and the timings table's 2 rows
+    assert Collect.rows == 2 * (1 + 2) + (1 + 4) + 2
     assert len(Collect.imgs) == 2  # dice_vs_k and the parcellations
     for src in Collect.imgs:
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
