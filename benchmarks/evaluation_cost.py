@@ -1,12 +1,15 @@
 """What the held-out measures cost at full vertex count, per parcellation and per spin.
 
     python benchmarks/evaluation_cost.py [--frequency 57] [--rank 1000] [--k 400]
+        [--spins 1000] [--jobs N]
 
 Two icospheres of ``10 f² + 2`` vertices each (f = 57: 2 × 32,492, 32k_fs_LR's count and
 about its 2 mm spacing at radius 100 mm) stand in for the cortex; the features are random
 unit rows of width ``--rank`` (the cost does not depend on their values); the parcellation
 is K regions grown on the mesh. Prints the seconds of each step of the evaluation stage
-(:mod:`lsd_dask.pipeline.evaluate`) and the peak resident memory of this process.
+(:mod:`lsd_dask.pipeline.evaluate`, with its null samples and ``--spins`` spins), the stage's
+cost for a study of ``--methods`` × ``--ks`` parcellations, and the peak resident memory of
+this process.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 import numpy as np
 
 from lsd_dask import evaluation as ev
+from lsd_dask.pipeline.evaluate import NULL_PAIR_VERTICES, NULL_VERTICES
 from lsd_dask.surface import grow_regions, mesh_adjacency, two_hemisphere_mesh
 
 
@@ -26,6 +30,10 @@ def main() -> None:
     parser.add_argument("--frequency", type=int, default=57)
     parser.add_argument("--rank", type=int, default=1000)
     parser.add_argument("--k", type=int, default=400)
+    parser.add_argument("--spins", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=2, help="threads of the geodesic pairs")
+    parser.add_argument("--parcellations", type=int, default=10,
+                        help="methods × K of the study the stage's cost is given for")  # fmt: skip
     args = parser.parse_args()
     meshes = two_hemisphere_mesh(args.frequency, radius=100.0)
     sizes = [meshes[h].n_vertices for h in ("left", "right")]
@@ -45,16 +53,45 @@ def main() -> None:
         rows.append((name, time.perf_counter() - t0))
         return out
 
-    pairs = timed("geodesic pairs within 35 mm (once per run)", lambda: ev.geodesic_pairs(V, A))
+    pairs = timed("geodesic pairs within 35 mm (once per run)",
+                  lambda: ev.geodesic_pairs(V, A, n_jobs=args.jobs))  # fmt: skip
     r = timed("pair correlations (once per split)", lambda: ev.pair_correlations(Z, pairs))
-    timed("homogeneity (per parcellation or spin)", lambda: ev.homogeneity(Z, labels))
-    timed("DCBC (per parcellation or spin)", lambda: ev.dcbc(labels, pairs, r))
-    timed("neighbour silhouette (per parcellation or spin)",
+    spheres = {h: meshes[h].vertices for h in ("left", "right")}
+    kept = np.ones(n, bool)
+    null = timed(
+        f"spin null: samples and {args.spins} rotations (once per run)",
+        lambda: ev.SpinNull(
+            Z,
+            pairs,
+            r,
+            spheres,
+            kept,
+            n_spins=args.spins,
+            n_vertices=NULL_VERTICES,
+            n_pair_vertices=NULL_PAIR_VERTICES,
+            random_state=0,
+        ),  # fmt: skip
+    )
+    timed("spin null: the other split's data (once per run)", lambda: null.with_data(Z, r))
+    ev.dcbc(labels, pairs, r)  # the pairs' bins, once per run
+    timed("homogeneity (per parcellation and direction)", lambda: ev.homogeneity(Z, labels))
+    timed("DCBC (per parcellation and direction)", lambda: ev.dcbc(labels, pairs, r))
+    timed("neighbour silhouette (per parcellation and direction)",
           lambda: ev.neighbour_silhouette(Z, labels, A))  # fmt: skip
-    print(f"{len(pairs)} pairs ({len(pairs) / n:.0f} per vertex)")
+    timed(f"{args.spins} spins, three measures (per parcellation and direction)",
+          lambda: null.z_scores(labels, A))  # fmt: skip
+    print(f"{len(pairs)} pairs ({len(pairs) / n:.0f} per vertex); {null.n_pairs} in the "
+          f"null's pair sample")  # fmt: skip
     print("| step | seconds |\n|---|---|")
     for name, s in rows:
         print(f"| {name} | {s:.2f} |")
+    # the pair correlations once per split, everything else "once" once per run
+    once = sum(s for name, s in rows if "once per" in name) + rows[1][1]
+    each = sum(s for name, s in rows if "per parcellation" in name)
+    total = once + 2 * args.parcellations * each
+    runs = 2 * args.parcellations
+    print(f"stage for {args.parcellations} parcellations, both directions: "
+          f"{once:.0f} s once + {runs} × {each:.2f} s = {total:.0f} s")  # fmt: skip
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"peak RSS {peak:.2f} GB")
 

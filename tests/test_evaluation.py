@@ -17,7 +17,8 @@ from scipy.spatial import cKDTree
 from scipy.spatial.transform import Rotation
 
 from lsd_dask import evaluation as ev
-from lsd_dask.surface import grow_regions, icosphere
+from lsd_dask.spin import spin_indices
+from lsd_dask.surface import grow_regions, icosphere, mesh_adjacency, two_hemisphere_mesh
 
 
 def _mesh(frequency=12, radius=50.0):
@@ -82,6 +83,18 @@ def test_geodesic_pairs_equal_all_pairs_shortest_paths():
                    pairs.distances.tolist(), strict=True))  # fmt: skip
     assert set(got) == set(zip(i.tolist(), j.tolist(), strict=True))
     np.testing.assert_allclose([got[p] for p in zip(i, j, strict=True)], D[i, j], rtol=1e-12)
+    threaded = ev.geodesic_pairs(V, A, max_dist=20.0, batch=37, n_jobs=2)
+    assert set(zip(threaded.rows.tolist(), threaded.cols.tolist(), strict=True)) == set(got)
+
+
+def test_geodesic_pairs_never_join_two_hemispheres():
+    meshes = two_hemisphere_mesh(5, radius=50.0)
+    V, A, _ = _two_hemispheres(meshes)
+    n_left = meshes["left"].n_vertices
+    pairs = ev.geodesic_pairs(V, A, max_dist=400.0)
+    assert np.all((pairs.rows < n_left) == (pairs.cols < n_left))
+    # within a hemisphere every pair is there (400 mm spans a 50 mm sphere)
+    assert len(pairs) == n_left * (n_left - 1)
 
 
 def _dense_dcbc(X, labels, D, max_dist, width):
@@ -222,3 +235,85 @@ def test_pca_homogeneity_equals_the_first_eigenvalue_of_each_parcels_correlation
         C = np.atleast_2d(np.corrcoef(X[labels == p]))
         ref.append(np.linalg.eigvalsh(C)[-1] / C.shape[0])
     assert ev.pca_homogeneity(ev.unit_series(X), labels) == pytest.approx(np.mean(ref), abs=1e-9)
+
+
+def _two_hemispheres(meshes):
+    sizes = [meshes[h].n_vertices for h in ("left", "right")]
+    A = mesh_adjacency([meshes[h].faces for h in ("left", "right")], sizes)
+    V = np.concatenate([meshes[h].vertices for h in ("left", "right")])
+    return V, A.tocsr(), {h: meshes[h].vertices for h in ("left", "right")}
+
+
+def _planted_hemispheres(k=16, T=60, noise=2.0, seed=0, frequency=8):
+    """A planted study on two sphere hemispheres with a cap of unkept vertices (a medial
+    wall): unit rows of the kept vertices, the truth over every vertex (0 off the kept)."""
+    meshes = two_hemisphere_mesh(frequency, radius=50.0)
+    V, A, spheres = _two_hemispheres(meshes)
+    kept = V[:, 2] < 40.0
+    truth = np.zeros(V.shape[0], np.int64)
+    Ak = A[kept][:, kept]
+    truth[kept] = grow_regions(Ak, k, random_state=seed) + 1
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((k + 1, T))[truth[kept]] + noise * rng.standard_normal(
+        (int(kept.sum()), T)
+    )
+    return ev.unit_series(X), truth, V[kept], Ak.tocsr(), spheres, kept
+
+
+def test_spin_null_on_every_vertex_equals_the_exact_measures_and_their_spins():
+    """With the whole kept set as its sample, the sampled null is the exact one: the
+    same values, the same spins (the rotations after the two sample draws), the same z."""
+    Z, truth, Vk, Ak, spheres, kept = _planted_hemispheres(seed=3)
+    n = int(kept.sum())
+    pairs = ev.geodesic_pairs(Vk, Ak, max_dist=35.0)
+    r = ev.pair_correlations(Z, pairs)
+    labels = np.zeros_like(truth)
+    labels[kept] = grow_regions(Ak, 12, random_state=7) + 1
+    null = ev.SpinNull(Z, pairs, r, spheres, kept, n_spins=15, n_vertices=n,
+                       n_pair_vertices=n, bin_width=2.0, random_state=11)  # fmt: skip
+    got = null.z_scores(labels, Ak)
+    rng = np.random.default_rng(11)
+    rng.choice(n, n, replace=False), rng.choice(n, n, replace=False)
+    spins = spin_indices(spheres, 15, random_state=rng)
+    exact = {
+        "homogeneity": lambda lab: ev.homogeneity(Z, lab[kept]),
+        "dcbc": lambda lab: ev.dcbc(lab[kept], pairs, r, bin_width=2.0).value,
+    }
+    for m, score in exact.items():
+        ref = ev.spin_null(score, labels, spins, kept)
+        for key in ("value", "null_mean", "null_sd", "z"):
+            assert got[m][key] == pytest.approx(ref[key], rel=1e-4, abs=1e-6), (m, key)
+    # the silhouette's own value is exact; its spins keep the unspun parcels' neighbours
+    silhouette = ev.neighbour_silhouette(Z, labels[kept], Ak)
+    assert got["silhouette"]["value"] == pytest.approx(silhouette, abs=1e-6)
+
+
+def test_spin_null_on_a_sample_puts_a_planted_truth_far_above_its_spins():
+    Z, truth, Vk, Ak, spheres, kept = _planted_hemispheres(k=20, noise=3.0, seed=5)
+    pairs = ev.geodesic_pairs(Vk, Ak, max_dist=35.0)
+    r = ev.pair_correlations(Z, pairs)
+    null = ev.SpinNull(Z, pairs, r, spheres, kept, n_spins=200, n_vertices=300,
+                       n_pair_vertices=500, random_state=0)  # fmt: skip
+    assert 0 < null.n_pairs < len(pairs)
+    got = null.z_scores(truth, Ak)
+    for m in ("homogeneity", "dcbc", "silhouette"):
+        assert got[m]["z"] is not None and got[m]["z"] > 3, m
+    # a parcellation that ignores the data sits inside its null
+    other = np.zeros_like(truth)
+    other[kept] = grow_regions(Ak, 20, random_state=99) + 1
+    assert abs(null.z_scores(other, Ak)["dcbc"]["z"]) < 3
+
+
+def test_spin_null_is_reproducible_and_shares_its_spins_across_data_sets():
+    Z, truth, Vk, Ak, spheres, kept = _planted_hemispheres(seed=1)
+    Z2 = _planted_hemispheres(seed=2)[0]
+    pairs = ev.geodesic_pairs(Vk, Ak, max_dist=35.0)
+    r, r2 = ev.pair_correlations(Z, pairs), ev.pair_correlations(Z2, pairs)
+    kw = dict(n_spins=30, n_vertices=200, n_pair_vertices=400, random_state=4)
+    a = ev.SpinNull(Z, pairs, r, spheres, kept, **kw)
+    b = ev.SpinNull(Z, pairs, r, spheres, kept, **kw)
+    assert a.z_scores(truth, Ak) == b.z_scores(truth, Ak)
+    shared = a.with_data(Z2, r2).z_scores(truth, Ak)
+    fresh = ev.SpinNull(Z2, pairs, r2, spheres, kept, **kw).z_scores(truth, Ak)
+    assert shared == fresh
+    assert a.z_scores(truth, Ak) != shared  # the data did change

@@ -77,3 +77,12 @@ def test_spheres_are_found_for_spherical_meshes_and_refused_otherwise():
         for h, m in meshes.items()
     }
     assert find_spheres(bumpy)["spheres"] is None
+
+
+def test_spins_at_some_vertices_are_the_full_spins_there():
+    n = 2 * SPHERE.n_vertices
+    at = np.random.default_rng(0).choice(n, 300, replace=False)  # both hemispheres, unsorted
+    full = spin_indices(_spheres(), 4, random_state=3)
+    part = spin_indices(_spheres(), 4, random_state=3, at=at)
+    for f, p in zip(full, part, strict=True):
+        np.testing.assert_array_equal(f[at], p)

@@ -46,6 +46,8 @@ A pipeline YAML looks like::
     storage_options: {}            # fsspec options for a work URL (key, secret, endpoint...)
     cluster: null                  # a cluster_configs/*.yaml, or a scheduler address
     random_state: 0
+    null_repeats: 5                # the split-half scores' region-size and spin nulls
+    spins: 1000                    # spins per parcellation for the held-out measures' z
 
 Relative paths are resolved against the YAML file's folder; ``pkg://NAME/path`` points into
 an installed package.
@@ -97,7 +99,11 @@ class PipelineConfig:
     nonfinite: str = "error"
     cluster: str | dict[str, Any] | None = None
     random_state: int = 0
+    #: repeats of the split-half scores' nulls (each regrows or spins every region)
     null_repeats: int = 5
+    #: spins of each parcellation for the held-out measures' null (scored on a sample of
+    #: the vertices: :class:`lsd_dask.evaluation.SpinNull`); 0: no z-scores
+    spins: int = 1000
     #: the features clustered, unit-normalised, for every method: rows of U·Σ ("us") or of
     #: U ("u"); None: each method's own default (:data:`~lsd_dask.pipeline.methods.METHODS`)
     features: str | None = None
@@ -292,6 +298,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         null_repeats=files.int_setting(
             raw.get("null_repeats", _default("null_repeats")), "null_repeats", 0
         ),
+        spins=files.int_setting(raw.get("spins", _default("spins")), "spins", 0),
         features=features,
         spatial=spatial,
         work=files.work(raw.get("work"), base),
