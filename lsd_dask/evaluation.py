@@ -492,7 +492,6 @@ class SpinNull:
         # thousand products keep ~1e-6 of their value
         Zs = data[self.vertices].astype(np.float32)
         self.gram = Zs @ Zs.T
-        self._ones = np.ones(self.vertices.size, self.gram.dtype)
         self.pair_corr = np.asarray(correlations, np.float64)[self._take]
 
     @property
@@ -538,45 +537,62 @@ class SpinNull:
         return {m: _z(v[0], v[1:]) for m, v in scores.items()}
 
     def _homogeneity_silhouette(
-        self, lab: np.ndarray, touching: sp.csr_matrix, n_parcels: int
+        self, lab: np.ndarray, touching: sp.csr_matrix, n_parcels: int, *, cells: int = 2 * 10**7
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Both measures for each row of ``lab`` (labels at the vertex sample)."""
-        m = self.vertices.size
-        G = self.gram
-        diag = np.diag(G).astype(np.float64)
-        homog = np.zeros(lab.shape[0])
-        silh = np.zeros(lab.shape[0])
-        for s, row in enumerate(lab):
-            fg = np.flatnonzero(row >= 0)
-            if fg.size == 0:
-                continue
-            k = row[fg].astype(np.int64)
-            counts = np.bincount(k, minlength=n_parcels)
-            indptr = np.concatenate([[0], np.cumsum(counts)])
-            members = fg[np.argsort(k, kind="stable")]
-            M = sp.csr_matrix((self._ones[: fg.size], members, indptr), shape=(n_parcels, m))
-            T = np.asarray(M @ G, np.float64)  # T[j, v]: Σ of G[w, v] over w in parcel j
-            sizes = counts.astype(np.float64)
-            own = T[k, fg]
-            within = np.bincount(k, weights=own - diag[fg], minlength=n_parcels)
-            pairs = sizes * (sizes - 1.0)
-            c = np.where(pairs > 0, within / np.where(pairs > 0, pairs, 1.0), 0.0)
-            homog[s] = float(np.sum(sizes * c) / max(sizes.sum(), 1.0))
-            # silhouette: b from the parcels that touch each vertex's own (one entry per
-            # vertex and touching parcel, then the best of each vertex's run)
-            deg = np.diff(touching.indptr)[k]
-            at = np.repeat(touching.indptr[k] - np.cumsum(deg) + deg, deg) + np.arange(deg.sum())
-            nb, who = touching.indices[at], np.repeat(np.arange(fg.size), deg)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                vals = np.where(sizes[nb] > 0, T[nb, fg[who]] / sizes[nb], -np.inf)
-                a = 1.0 - (own - diag[fg]) / (sizes[k] - 1.0)
-            best = np.full(fg.size, -np.inf)
-            np.maximum.at(best, who, vals)
-            b = 1.0 - best
-            ok = (sizes[k] > 1) & np.isfinite(b)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                sv = np.where(ok, (b - a) / np.maximum(a, b), 0.0)
-            silh[s] = float(np.nan_to_num(sv).mean())
+        """Both measures for each row of ``lab`` (labels at the vertex sample).
+
+        Rows go in batches of ``cells / (parcels × sample)``: one sparse product gives
+        every (row, parcel) its sums of the sample's correlations with each vertex.
+        """
+        K, m = max(n_parcels, 1), self.vertices.size
+        step = max(1, cells // (K * m))
+        homog, silh = np.zeros(lab.shape[0]), np.zeros(lab.shape[0])
+        for start in range(0, lab.shape[0], step):
+            part = lab[start : start + step]
+            h, sv = self._batch_scores(part, touching, K)
+            homog[start : start + step], silh[start : start + step] = h, sv
+        return homog, silh
+
+    def _batch_scores(
+        self, lab: np.ndarray, touching: sp.csr_matrix, K: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        B, m = lab.shape
+        diag = np.diag(self.gram).astype(np.float64)
+        row, v = np.nonzero(lab >= 0)
+        k = lab[row, v].astype(np.int64)
+        g = row * K + k  # a parcel of one row: one row of the product
+        counts = np.bincount(g, minlength=B * K)
+        indptr = np.concatenate([[0], np.cumsum(counts)])
+        ones = np.ones(v.size, self.gram.dtype)
+        M = sp.csr_matrix((ones, v[np.argsort(g, kind="stable")], indptr), shape=(B * K, m))
+        T = np.asarray(M @ self.gram)  # T[g, w]: Σ of G[u, w] over u in parcel g
+        sizes = counts.astype(np.float64)
+        own = T[g, v].astype(np.float64) - diag[v]  # Σ over the rest of v's parcel
+        within = np.bincount(g, weights=own, minlength=B * K)
+        pairs = sizes * (sizes - 1.0)
+        c = np.where(pairs > 0, within / np.where(pairs > 0, pairs, 1.0), 0.0)
+        weight = sizes.reshape(B, K).sum(axis=1)
+        homog = (sizes * c).reshape(B, K).sum(axis=1) / np.maximum(weight, 1.0)
+        # silhouette: b from the parcels that touch each vertex's own, one entry per
+        # (vertex, touching parcel), the best of each vertex's run by reduceat
+        deg = np.diff(touching.indptr)[k]
+        first = np.cumsum(deg) - deg
+        at = np.repeat(touching.indptr[k] - first, deg) + np.arange(deg.sum())
+        who = np.repeat(np.arange(v.size), deg)
+        gn = row[who] * K + touching.indices[at]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vals = np.where(sizes[gn] > 0, T[gn, v[who]] / sizes[gn], -np.inf)
+            a = 1.0 - own / (sizes[g] - 1.0)
+        best = np.full(v.size, -np.inf)
+        has = deg > 0
+        if vals.size:
+            best[has] = np.maximum.reduceat(vals, first[has])
+        b = 1.0 - best
+        ok = (sizes[g] > 1) & np.isfinite(b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sv = np.nan_to_num(np.where(ok, (b - a) / np.maximum(a, b), 0.0))
+        n_fg = np.bincount(row, minlength=B)
+        silh = np.bincount(row, weights=sv, minlength=B) / np.maximum(n_fg, 1)
         return homog, silh
 
     def _dcbc(self, lab: np.ndarray, *, batch: int = 100) -> np.ndarray:

@@ -13,7 +13,6 @@ blur is scored there as one task.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -30,6 +29,7 @@ from ..selection import GRID_MM, choose_feature_blur
 from .placement import features_on_workers
 from .stages import RunContext, Unit
 from .svd import group_svd, svd_features, svd_rank
+from .workdir import content_digest
 
 __all__ = ["BlurStage"]
 
@@ -58,7 +58,7 @@ class BlurStage:
                     "random_state": cfg.random_state,
                     "k": min(cfg.ks),
                     "grid_mm": list(GRID_MM),
-                    "mesh": _digest(V, A),
+                    "mesh": _mesh_digest(V, A),
                     "lsd_dask": __version__,
                 },
                 [wd.blur(split)],
@@ -124,10 +124,6 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
     return out
 
 
-def _digest(V: np.ndarray, A: sp.csr_matrix) -> str:
+def _mesh_digest(V: np.ndarray, A: sp.csr_matrix) -> str:
     """The mesh the blur was chosen on (coordinates and edges)."""
-    h = hashlib.sha1(np.ascontiguousarray(V, np.float64).tobytes())
-    A = sp.csr_matrix(A)
-    h.update(A.indptr.tobytes())
-    h.update(A.indices.tobytes())
-    return h.hexdigest()
+    return content_digest(np.asarray(V, np.float64)) + content_digest(A)

@@ -48,6 +48,10 @@ A pipeline YAML looks like::
     random_state: 0
     null_repeats: 5                # the split-half scores' region-size and spin nulls
     spins: 1000                    # spins per parcellation for the held-out measures' z
+    compare_atlases: []            # published parcellations scored beside the run's:
+                                   # schaefer_100..400, vosdewael_100..400 (32k_fs_LR), or
+                                   # {name: x, dlabel: f.dlabel.nii} / {name: x, left: lh.annot,
+                                   #  right: rh.annot} (.label.gii pairs too), on the mesh
 
 Relative paths are resolved against the YAML file's folder; ``pkg://NAME/path`` points into
 an installed package.
@@ -67,6 +71,7 @@ import yaml
 from ..cluster import SPATIAL_OPTIONS
 from ..io.surface_files import READERS, SubjectFiles
 from . import files
+from .atlases import AtlasSpec, parse_atlases
 from .methods import MethodSpec, check_options, numbers, parse_methods
 from .preprocess import PreprocessSettings
 from .svd import SvdSettings
@@ -123,6 +128,8 @@ class PipelineConfig:
     display_mesh: dict[str, str] | None = None
     #: per-subject smoothing, detrending, band-pass and confound regression at ingest
     preprocess: PreprocessSettings = field(default_factory=PreprocessSettings)
+    #: published parcellations scored beside the run's (:mod:`.atlases`)
+    compare_atlases: list[AtlasSpec] = field(default_factory=list)
 
     @property
     def work_url(self) -> str:
@@ -173,6 +180,11 @@ class PipelineConfig:
         del d["spatial"]
         d.update(numbers({**SPATIAL_OPTIONS, **self.spatial}))
         d["methods"] = [m.to_dict() for m in self.methods]
+        d["compare_atlases"] = [
+            a.to_dict() if a.files is None else
+            {"name": a.name, **{k: path(v) for k, v in a.files.items()}}
+            for a in self.compare_atlases
+        ]  # fmt: skip
         # credentials stay out of the report
         d["storage_options"] = sorted(self.storage_options)
         return d
@@ -306,6 +318,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         preprocess=PreprocessSettings.from_mapping(
             files.mapping(raw.get("preprocess"), "preprocess"), where, base
         ),
+        compare_atlases=parse_atlases(raw.get("compare_atlases"), base),
     )
     cfg.validate()
     return cfg

@@ -17,6 +17,10 @@ same sample for its z (:class:`lsd_dask.evaluation.SpinNull`): that is what make
 spins cost a few seconds per parcellation at 2 × 32k vertices. Both directions are kept,
 and their mean is the row's value. The vertex pairs and the held-out features' pair
 correlations are computed once per run and shared by every parcellation.
+
+``evaluate/atlas/<name>``: each comparison atlas (:mod:`.atlases`), fitted on neither
+split, on each split's features; the mean of the two is its row, shown beside the methods
+at the run's K nearest its parcel count (:func:`atlas_rows`).
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ from .. import evaluation as ev
 from ..spin import find_spheres
 from .stages import RunContext, Unit
 from .svd import svd_features
+from .workdir import content_digest
 
 __all__ = [
     "BIN_WIDTH_MM",
     "EvaluationStage",
+    "atlas_rows",
     "MAX_DIST_MM",
     "MEASURES",
     "NULL_PAIR_VERTICES",
@@ -75,7 +81,17 @@ class EvaluationStage:
             "sphere": cfg.sphere,
             "lsd_dask": __version__,
         }
-        return [
+        atlases = [
+            Unit(
+                f"evaluate/atlas/{spec.name}",
+                {**common, "atlas": content_digest(ctx.atlases[spec.name])},
+                [wd.folder.join("evaluation", f"atlas_{spec.name}.json")],
+                label=f"atlas {spec.name}",
+                item=("atlas", spec.name),
+            )
+            for spec in cfg.compare_atlases
+        ]
+        return atlases + [
             Unit(
                 f"evaluate/{spec.name}/K{k}",
                 {
@@ -106,29 +122,74 @@ class EvaluationStage:
         nulls = _nulls(ctx, features, pairs, correlations)
         splits = list(ctx.splits)
         for unit in todo:
-            name, k = unit.item
-            out: dict[str, Any] = {}
-            for fitted, held_out in (splits, splits[::-1]):
-                labels = wd.load_npy(wd.labels(fitted, name, k))
-                Z, r = features[held_out], correlations[held_out]
-                lab = labels[kept]
-                values = {
-                    "homogeneity": ev.homogeneity(Z, lab),
-                    "dcbc": ev.dcbc(lab, pairs, r, bin_width=BIN_WIDTH_MM).value,
-                    "silhouette": ev.neighbour_silhouette(Z, lab, A),
+            if unit.item[0] == "atlas":
+                # fitted on neither split: scored on each split's data
+                labels = np.where(kept, ctx.atlases[unit.item[1]], 0)
+                out = {
+                    f"on_{s}": self._scores(
+                        labels, features[s], pairs, correlations[s], A, kept, nulls.get(s)
+                    )  # fmt: skip
+                    for s in splits
                 }
-                zs = nulls[held_out].z_scores(labels, A) if nulls else {}
-                out[f"{fitted}_on_{held_out}"] = {
-                    m: _with_null(v, zs.get(m)) for m, v in values.items()
-                }
-            out["mean"] = _mean_of(out)
+                out["mean"] = _mean_of(out)
+                out["n_parcels"] = int(np.unique(labels[labels > 0]).size)
+                what = f"atlas {unit.item[1]} ({out['n_parcels']} parcels)"
+            else:
+                name, k = unit.item
+                out = {}
+                for fitted, held_out in (splits, splits[::-1]):
+                    out[f"{fitted}_on_{held_out}"] = self._scores(
+                        wd.load_npy(wd.labels(fitted, name, k)), features[held_out], pairs,
+                        correlations[held_out], A, kept, nulls.get(held_out),
+                    )  # fmt: skip
+                out["mean"] = _mean_of(out)
+                what = f"{name} K={k}"
             wd.write_text(unit.outputs[0], json.dumps(out, indent=1))
             means = out["mean"]
             log(
-                f"[evaluate] {name} K={k}: held-out homogeneity {means['homogeneity']:.3f}, "
+                f"[evaluate] {what}: held-out homogeneity {means['homogeneity']:.3f}, "
                 f"DCBC {means['dcbc']:.3f}, silhouette {means['silhouette']:.3f}"
             )
             yield unit, out
+
+    @staticmethod
+    def _scores(
+        labels: np.ndarray,
+        Z: np.ndarray,
+        pairs: ev.VertexPairs,
+        r: np.ndarray,
+        A: Any,
+        kept: np.ndarray,
+        null: ev.SpinNull | None,
+    ) -> dict[str, dict[str, Any]]:
+        """The three measures of ``labels`` (every vertex) on one held-out data set."""
+        lab = labels[kept]
+        values = {
+            "homogeneity": ev.homogeneity(Z, lab),
+            "dcbc": ev.dcbc(lab, pairs, r, bin_width=BIN_WIDTH_MM).value,
+            "silhouette": ev.neighbour_silhouette(Z, lab, A),
+        }
+        zs = null.z_scores(labels, A) if null is not None else {}
+        return {m: _with_null(v, zs.get(m)) for m, v in values.items()}
+
+
+def atlas_rows(ctx: RunContext) -> list[dict[str, Any]]:
+    """Each comparison atlas' held-out measures, at the run's K nearest its parcel count
+    (the report's rows beside the methods')."""
+    results = ctx.results.get("evaluate", {})
+    rows = []
+    for spec in ctx.cfg.compare_atlases:
+        result = results.get(f"evaluate/atlas/{spec.name}")
+        if result is None:
+            continue
+        n = result["n_parcels"]
+        rows.append({
+            "atlas": spec.name,
+            "n_parcels": n,
+            "k": min(ctx.cfg.ks, key=lambda k: (abs(k - n), k)),
+            **{f"heldout_{m}": v for m, v in result["mean"].items()},
+        })  # fmt: skip
+    return rows
 
 
 def _nulls(
@@ -175,7 +236,7 @@ def _cores() -> int:
 
 
 def _mean_of(directions: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float | None]:
-    """Each measure's value and z averaged over the two directions."""
+    """Each measure's value and z averaged over the two directions (or data sets)."""
     out: dict[str, float | None] = {}
     for m in MEASURES:
         vals = [d[m]["value"] for d in directions.values()]

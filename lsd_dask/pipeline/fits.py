@@ -15,7 +15,6 @@ Where a fit runs depends on the features' size and on the cluster:
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from .config import PipelineConfig
 from .methods import MethodSpec
 from .stages import RunContext, Unit
 from .svd import svd_features
-from .workdir import WorkDir
+from .workdir import WorkDir, content_digest
 
 __all__ = [
     "ClusterStage",
@@ -147,22 +146,10 @@ def estimator_key(est: Any) -> dict[str, Any]:
     """An estimator's parameters as plain data (``get_params(deep=True)``): arrays by a
     digest of their content, wrapped estimators by their own parameters."""
     return {
-        p: _digest(v) if sp.issparse(v) or isinstance(v, np.ndarray) else v
+        p: content_digest(v) if sp.issparse(v) or isinstance(v, np.ndarray) else v
         for p, v in est.get_params(deep=True).items()
         if not hasattr(v, "get_params")
     }
-
-
-def _digest(a: Any) -> str:
-    """The content of a dense or sparse array (shape, values, sparsity pattern)."""
-    h = hashlib.sha1(str(a.shape).encode())
-    if sp.issparse(a):
-        a = sp.csr_matrix(a)
-        for part in (a.indptr, a.indices, a.data):
-            h.update(np.ascontiguousarray(part).tobytes())
-    else:
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
 
 
 def _fit(est: MeshParcellation, F: Any, kept: np.ndarray) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from ..distributed import active_client, show_progress
 from ..io.zarr_store import SplitWriter, build_split
 from ..surface import smoothing_steps
 from ._log import Log, bar
+from .atlases import check_coverage
 from .config import PipelineConfig
 from .preprocess import subject_t_r_of
 from .reading import check_flat, read_subject
@@ -132,11 +133,13 @@ class IngestStage:
 
 
 def check_kept(ctx: RunContext, kept: np.ndarray) -> None:
-    """Report the mask; every K must fit in the kept vertices."""
+    """Report the mask; every comparison atlas must label the kept vertices and every K
+    fit in them."""
     ctx.log(
         f"[mask] {int((~kept).sum())} of {kept.size} vertices masked "
         f"(constant or non-finite in some subject)"
     )
+    check_coverage(ctx.cfg.compare_atlases, ctx.atlases, kept)
     n_kept = int(kept.sum())
     for k in ctx.cfg.ks:
         if k > n_kept:

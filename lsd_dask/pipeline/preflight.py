@@ -1,6 +1,7 @@
 """Checks before any heavy work: the output folder writable, every input file there, the
 meshes and every subject's vertex counts in agreement, K and the LSD rank possible, the
-preprocessing's confounds and band-pass readable (headers only)."""
+preprocessing's confounds and band-pass readable (headers only), the comparison atlases
+readable and on the mesh."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from ..io.storage import Folder, is_local
 from ..io.surface_files import HEMISPHERES, load_mesh, vertex_counts
 from ..surface import Mesh
+from .atlases import load_atlases
 from .config import PipelineConfig
 from .preprocess import read_confounds, subject_t_r_of
 
@@ -54,6 +56,7 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
         raise ValueError(f"K={too_big[0]} is larger than the number of vertices ({n}).")
     _check_lsd_rank(cfg)
     _check_preprocess(cfg)
+    load_atlases(cfg.compare_atlases, sizes)
     for key in ("sphere", "display_mesh"):
         for h, n in zip(HEMISPHERES, sizes, strict=True):
             path = (getattr(cfg, key) or {}).get(h)

@@ -16,6 +16,7 @@ import numpy as np
 from .. import __version__
 from ..io.atomic import atomic_write_text
 from .report_html import write_report_html
+from .evaluate import atlas_rows
 from .stages import RunContext
 
 __all__ = ["write_report"]
@@ -47,6 +48,7 @@ def write_report(
         **({"feature_blur": blur} if blur else {}),
         "fingerprints": wd.fingerprints(),
         "scores": scores[0],
+        "atlases": atlas_rows(ctx),
         "scores_explained": scores[1],
         "timings_s": timings,
         "outputs": [str(p.relative_to(out)) for p in files],

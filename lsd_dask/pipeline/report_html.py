@@ -30,7 +30,7 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
         f"<p>Run {e(str(report.get('run_id')))}, lsd-dask "
         f"{e(str(report.get('versions', {}).get('lsd_dask', '')))}. "
         f"Command: <code>{e(str(report.get('command_line') or 'run from Python'))}</code></p>",
-        *_comparison_tables(report.get("scores", [])),
+        *_comparison_tables(report.get("scores", []), report.get("atlases", [])),
         "<h2>Scores</h2>",
         _score_table(report.get("scores", [])),
         "<h3>What the scores are</h3><dl>",
@@ -134,23 +134,31 @@ _COMPARED = [
 ]
 
 
-def _comparison_tables(rows: list[dict[str, Any]]) -> list[str]:
-    """One table per K: every method on every measure, the best of each column in bold
-    (held-out measures first: they read the parcels against data the fit never saw)."""
+def _comparison_tables(
+    rows: list[dict[str, Any]], atlases: list[dict[str, Any]] | None = None
+) -> list[str]:
+    """One table per K: every method, and every comparison atlas at its nearest K, on
+    every measure, the best of each column in bold (held-out measures first: they read
+    the parcels against data the fit never saw)."""
     if not any("heldout_homogeneity" in r for r in rows):
         return []
     e = html.escape
     parts = [
         "<h2>Which parcellation is better</h2>",
         "<p>Each split's parcels scored on the other split's data (z against spins of the "
-        "parcellation in brackets), beside split-half Dice. The best of each column is in "
-        "bold. Dice rewards parcels that are smooth alike in both splits, which any blur "
-        "gives; held-out homogeneity and DCBC compare the parcels with data the fit never "
-        "saw, and DCBC compares vertex pairs only at equal distance, so smoothness alone "
-        "cannot raise them.</p>",
+        "parcellation in brackets), beside split-half Dice; a published atlas, fitted on "
+        "neither split, is scored on both and sits at the K nearest its parcel count. The "
+        "best of each column is in bold. Dice rewards parcels that are smooth alike in both "
+        "splits, which any blur gives; held-out homogeneity and DCBC compare the parcels "
+        "with data the fit never saw, and DCBC compares vertex pairs only at equal distance, "
+        "so smoothness alone cannot raise them.</p>",
     ]
     for k in sorted({r["k"] for r in rows}):
-        at_k = [r for r in rows if r["k"] == k]
+        at_k = [r for r in rows if r["k"] == k] + [
+            {**a, "method": f"atlas: {a['atlas']}", "n_regions": [a["n_parcels"]]}
+            for a in atlases or []
+            if a["k"] == k
+        ]
         best = {
             key: max(r[key] for r in at_k if r.get(key) is not None)
             for key, _ in _COMPARED

@@ -134,6 +134,13 @@ class RunContext:
         """Mesh adjacency of every surface vertex (both hemispheres)."""
         return mesh_adjacency([self.meshes[h].faces for h in HEMISPHERES], self.sizes)
 
+    @cached_property
+    def atlases(self) -> dict[str, np.ndarray]:
+        """The comparison atlases' parcel ids over every vertex (:mod:`.atlases`)."""
+        from .atlases import load_atlases
+
+        return load_atlases(self.cfg.compare_atlases, self.sizes)
+
     def kept_mesh(self, kept: np.ndarray | None = None) -> tuple[np.ndarray, sp.csr_matrix]:
         """Vertex coordinates and mesh adjacency of the kept vertices."""
         kept = self.kept if kept is None else kept

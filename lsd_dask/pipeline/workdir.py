@@ -29,11 +29,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import scipy.sparse as sp
+
 from .._logging import get_log
 from ..io.atomic import remove_partials
 from ..io.storage import Folder
 
-__all__ = ["WorkDir", "file_identity"]
+__all__ = ["WorkDir", "content_digest", "file_identity", "fingerprint"]
 
 
 class WorkDir:
@@ -178,6 +181,19 @@ def fingerprint(key: dict[str, Any]) -> str:
     """A stable hash of a JSON-able key (sorted keys; non-JSON values by ``str``)."""
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def content_digest(a: Any) -> str:
+    """The content of a dense or sparse array (shape, values, sparsity pattern), for keys
+    that must change when an array does (a mesh, an atlas)."""
+    h = hashlib.sha1(str(a.shape).encode())
+    if sp.issparse(a):
+        a = sp.csr_matrix(a)
+        for part in (a.indptr, a.indices, a.data):
+            h.update(np.ascontiguousarray(part).tobytes())
+    else:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
