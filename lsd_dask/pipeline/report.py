@@ -15,8 +15,8 @@ import numpy as np
 
 from .. import __version__
 from ..io.atomic import atomic_write_text
-from .report_html import write_report_html
 from .evaluate import atlas_rows
+from .report_html import write_report_html
 from .stages import RunContext
 
 __all__ = ["write_report"]
