@@ -130,7 +130,10 @@ def explain_scores(
             "with correlation distance. Blurring the features raises split-half Dice by "
             "making both splits smooth alike; these measures compare the parcels with data "
             "the fit never saw, and DCBC compares pairs only at equal distance, so "
-            "smoothness alone cannot raise them."
+            "smoothness alone cannot raise them. The values use all the held-out data; "
+            "the spins (spins:, 1,000 by default) are scored on a fixed sample of vertices "
+            "(and of the pairs among a second sample for DCBC), the parcellation on the "
+            "same sample for its z."
         ),
     }
 
