@@ -71,11 +71,15 @@ def test_report_page_marks_the_best_parcellation_of_each_measure_per_k(tmp_path,
     for column, key in enumerate(["heldout_homogeneity", "heldout_dcbc", "dice"]):
         best = max(rows, key=lambda m, key=key: rows[m][key])
         # the best method's cell of this measure is the bold one
-        line = re.search(rf"<tr><td class='l'>{best}</td>(.*?)</tr>", table).group(1)
+        line = re.search(rf"<tr><td class='l'>{best}(?: &dagger;)?</td>(.*?)</tr>", table).group(1)
         cells = re.findall(r"<td>(.*?)</td>", line)
         index = {"heldout_homogeneity": 1, "heldout_dcbc": 2, "dice": 4}[key]
         assert cells[index].startswith("<b>") and f"{rows[best][key]:.3f}" in cells[index]
         other = next(m for m in rows if m != best)
         if rows[other][key] != rows[best][key]:
-            line = re.search(rf"<tr><td class='l'>{other}</td>(.*?)</tr>", table).group(1)
+            line = re.search(rf"<tr><td class='l'>{other}(?: &dagger;)?</td>(.*?)</tr>", table).group(1)
             assert not re.findall(r"<td>(.*?)</td>", line)[index].startswith("<b>"), column
+    # a method split into over 10 % more regions than K is marked as not like for like
+    for method, r in rows.items():
+        marked = f"<td class='l'>{method} &dagger;</td>" in table
+        assert marked == (max(r["n_regions"]) > 1.1 * 6), method
