@@ -78,6 +78,8 @@ def main() -> None:
     timed("DCBC (per parcellation and direction)", lambda: ev.dcbc(labels, pairs, r))
     timed("neighbour silhouette (per parcellation and direction)",
           lambda: ev.neighbour_silhouette(Z, labels, A))  # fmt: skip
+    timed("Gordon's homogeneity (per parcellation and direction)",
+          lambda: ev.pca_homogeneity(Z, labels))  # fmt: skip
     timed(f"{args.spins} spins, three measures (per parcellation and direction)",
           lambda: null.z_scores(labels, A))  # fmt: skip
     print(f"{len(pairs)} pairs ({len(pairs) / n:.0f} per vertex); {null.n_pairs} in the "

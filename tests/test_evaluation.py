@@ -317,3 +317,15 @@ def test_spin_null_is_reproducible_and_shares_its_spins_across_data_sets():
     fresh = ev.SpinNull(Z2, pairs, r2, spheres, kept, **kw).z_scores(truth, Ak)
     assert shared == fresh
     assert a.z_scores(truth, Ak) != shared  # the data did change
+
+
+def test_pca_homogeneity_of_parcels_wider_than_the_lanczos_threshold_is_the_eigenvalue():
+    """Parcels and series both over 200 wide go through Lanczos: still numpy's value."""
+    X, _, _, A = _planted(frequency=12, k=3, T=260, seed=2)
+    labels = grow_regions(A, 3, random_state=2) + 1
+    ref = [
+        np.linalg.eigvalsh(np.corrcoef(X[labels == p]))[-1] / np.sum(labels == p)
+        for p in (1, 2, 3)
+    ]
+    assert min(np.bincount(labels)[1:]) > 260
+    assert ev.pca_homogeneity(ev.unit_series(X), labels) == pytest.approx(np.mean(ref), abs=1e-9)

@@ -4,7 +4,8 @@
 of its U·Σ: the correlations of the held-out split's rank-r data), with the measures of
 :mod:`lsd_dask.evaluation`:
 
-- held-out homogeneity (CBIG);
+- held-out homogeneity (CBIG), and Gordon et al.'s (the first component's variance share
+  per parcel; reported without a null);
 - DCBC over the vertex pairs within :data:`MAX_DIST_MM` along the mesh, in
   :data:`BIN_WIDTH_MM` bins;
 - the silhouette against neighbouring parcels;
@@ -54,7 +55,7 @@ MAX_DIST_MM = 35.0
 #: DCBC's distance bins (1 mm, as in the reference)
 BIN_WIDTH_MM = 1.0
 #: the measures, by their name in the report
-MEASURES = ("homogeneity", "dcbc", "silhouette")
+MEASURES = ("homogeneity", "dcbc", "silhouette", "pca_homogeneity")
 #: the spin null's samples (:class:`lsd_dask.evaluation.SpinNull`): vertices for
 #: homogeneity and the silhouette, vertices whose pairs score DCBC (about 58,000 pairs
 #: within 35 mm at 32k_fs_LR's spacing)
@@ -168,6 +169,7 @@ class EvaluationStage:
             "homogeneity": ev.homogeneity(Z, lab),
             "dcbc": ev.dcbc(lab, pairs, r, bin_width=BIN_WIDTH_MM).value,
             "silhouette": ev.neighbour_silhouette(Z, lab, A),
+            "pca_homogeneity": ev.pca_homogeneity(Z, lab),
         }
         zs = null.z_scores(labels, A) if null is not None else {}
         return {m: _with_null(v, zs.get(m)) for m, v in values.items()}

@@ -130,6 +130,7 @@ _COMPARED = [
     ("heldout_homogeneity", "held-out homogeneity"),
     ("heldout_dcbc", "DCBC"),
     ("heldout_silhouette", "neighbour silhouette"),
+    ("heldout_pca_homogeneity", "Gordon homogeneity"),
     ("dice", "split-half Dice"),
 ]
 

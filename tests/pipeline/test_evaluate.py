@@ -40,6 +40,10 @@ def test_held_out_scores_equal_the_measures_on_the_other_splits_features(tmp_pat
         assert direction["silhouette"]["value"] == pytest.approx(
             ev.neighbour_silhouette(Z2, lab1, A)
         )
+        assert direction["pca_homogeneity"]["value"] == pytest.approx(
+            ev.pca_homogeneity(Z2, lab1)
+        )
+        assert direction["pca_homogeneity"]["z"] is None  # no null for Gordon's
         mean = np.mean([saved[d]["homogeneity"]["value"] for d in saved if d != "mean"])
         assert row["heldout_homogeneity"] == pytest.approx(mean)
         # the planted parcels are found: far above their spins on held-out data
@@ -73,7 +77,7 @@ def test_report_page_marks_the_best_parcellation_of_each_measure_per_k(tmp_path,
         # the best method's cell of this measure is the bold one
         line = re.search(rf"<tr><td class='l'>{best}(?: &dagger;)?</td>(.*?)</tr>", table).group(1)
         cells = re.findall(r"<td>(.*?)</td>", line)
-        index = {"heldout_homogeneity": 1, "heldout_dcbc": 2, "dice": 4}[key]
+        index = {"heldout_homogeneity": 1, "heldout_dcbc": 2, "dice": 5}[key]
         assert cells[index].startswith("<b>") and f"{rows[best][key]:.3f}" in cells[index]
         other = next(m for m in rows if m != best)
         if rows[other][key] != rows[best][key]:
