@@ -81,7 +81,8 @@ def test_report_page_marks_the_best_parcellation_of_each_measure_per_k(tmp_path,
         assert cells[index].startswith("<b>") and f"{rows[best][key]:.3f}" in cells[index]
         other = next(m for m in rows if m != best)
         if rows[other][key] != rows[best][key]:
-            line = re.search(rf"<tr><td class='l'>{other}(?: &dagger;)?</td>(.*?)</tr>", table).group(1)
+            row = rf"<tr><td class='l'>{other}(?: &dagger;)?</td>(.*?)</tr>"
+            line = re.search(row, table).group(1)
             assert not re.findall(r"<td>(.*?)</td>", line)[index].startswith("<b>"), column
     # a method split into over 10 % more regions than K is marked as not like for like
     for method, r in rows.items():
