@@ -30,6 +30,7 @@ def write_study(
     fmt: str = "gifti",
     rank: int = 1000,
     log: Callable[[str], None] | None = None,
+    compare_atlases: list[Any] | None = None,
 ) -> Path:
     """Write every subject and both meshes; return the path of a ready pipeline YAML.
 
@@ -37,6 +38,8 @@ def write_study(
     or ``<id>.L.func.gii`` and ``<id>.R.func.gii`` (``fmt="gifti"``) or ``<id>.zarr``
     (``fmt="zarr"``); ``truth.npy`` (planted
     parcels, 0 = medial wall); ``pipeline.yaml`` listing the subjects and their splits.
+
+    ``compare_atlases``: the pipeline file's ``compare_atlases`` (none when None).
 
     ``study`` is a :class:`~lsd_dask.datasets.SurfaceStudy` or a
     :class:`~lsd_dask.datasets.RealisticStudy`. When it has a ``cortex`` mask, CIFTI files
@@ -88,6 +91,8 @@ def write_study(
         },
         "output": "results",
     }
+    if compare_atlases:
+        cfg["compare_atlases"] = list(compare_atlases)
     path = root / "pipeline.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -130,5 +135,12 @@ def synthesize_realistic(
     HCP-like connectivity; needs ``lsd-dask[templates]``) and its pipeline YAML."""
     from ..datasets import realistic_study
 
+    study = realistic_study(**study_kwargs)
+    # the truth and the other published atlas at its scale, scored beside the methods
+    name, scale = study.atlas.rsplit("_", 1)
+    atlases = [study.atlas, f"{_OTHER[name]}_{scale}"]
     # rank 100 of 3 x 300 time points per split: the realistic benchmark's setting
-    return write_study(realistic_study(**study_kwargs), folder, fmt=fmt, rank=rank, log=log)
+    return write_study(study, folder, fmt=fmt, rank=rank, log=log, compare_atlases=atlases)
+
+
+_OTHER = {"vosdewael": "schaefer", "schaefer": "vosdewael"}

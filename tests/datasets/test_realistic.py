@@ -99,6 +99,11 @@ def test_synth_template_writes_hcp_layout_cifti_that_the_pipeline_reads(tmp_path
     np.testing.assert_array_equal(x, study.subject_data("sub-001"))
     truth = np.load(tmp_path / "truth.npy")
     np.testing.assert_array_equal(truth, load_atlas("vosdewael", 100))
+    # the truth and the other published atlas at its scale are scored beside the methods
+    from lsd_dask.pipeline import load_config
+
+    cfg = load_config(tmp_path / "pipeline.yaml")
+    assert [a.name for a in cfg.compare_atlases] == ["vosdewael_100", "schaefer_100"]
 
 
 def test_missing_brainspace_says_what_to_install(monkeypatch):
