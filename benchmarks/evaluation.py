@@ -39,7 +39,7 @@ from lsd_dask import metrics
 from lsd_dask.pipeline.evaluate import (
     BIN_WIDTH_MM,
     MAX_DIST_MM,
-    NULL_PAIR_VERTICES,
+    NULL_PAIRS,
     NULL_VERTICES,
 )
 from lsd_dask.spin import find_spheres
@@ -86,7 +86,7 @@ def main() -> None:
     t0 = time.perf_counter()
     first, second = list(held)
     null = ev.SpinNull(held[first], pairs, corr[first], spheres, kept, n_spins=args.spins,
-                       n_vertices=NULL_VERTICES, n_pair_vertices=NULL_PAIR_VERTICES,
+                       n_vertices=NULL_VERTICES, n_pairs=NULL_PAIRS,
                        bin_width=BIN_WIDTH_MM, random_state=[0, 2])  # fmt: skip
     nulls = {first: null, second: null.with_data(held[second], corr[second])}
     timing["spin null setup (once)"].append(time.perf_counter() - t0)

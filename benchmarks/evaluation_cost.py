@@ -21,7 +21,8 @@ import time
 import numpy as np
 
 from lsd_dask import evaluation as ev
-from lsd_dask.pipeline.evaluate import NULL_PAIR_VERTICES, NULL_VERTICES
+from lsd_dask.pipeline.evaluate import NULL_PAIRS, NULL_VERTICES
+from lsd_dask.spin import find_spheres
 from lsd_dask.surface import grow_regions, mesh_adjacency, two_hemisphere_mesh
 
 
@@ -30,20 +31,34 @@ def main() -> None:
     parser.add_argument("--frequency", type=int, default=57)
     parser.add_argument("--rank", type=int, default=1000)
     parser.add_argument("--k", type=int, default=400)
+    parser.add_argument("--mesh", choices=("icosphere", "conte69"), default="icosphere",
+                        help="conte69: the real 32k_fs_LR midthickness and medial-wall mask "
+                        "(brainspace's files) instead of two icospheres")  # fmt: skip
     parser.add_argument("--spins", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=2, help="threads of the geodesic pairs")
     parser.add_argument("--parcellations", type=int, default=10,
                         help="methods × K of the study the stage's cost is given for")  # fmt: skip
     args = parser.parse_args()
-    meshes = two_hemisphere_mesh(args.frequency, radius=100.0)
+    if args.mesh == "conte69":
+        from lsd_dask.datasets.templates import load_template
+
+        template = load_template("conte69")
+        meshes, kept = template.meshes, template.cortex
+    else:
+        meshes = two_hemisphere_mesh(args.frequency, radius=100.0)
+        kept = None
     sizes = [meshes[h].n_vertices for h in ("left", "right")]
     A = mesh_adjacency([meshes[h].faces for h in ("left", "right")], sizes)
     V = np.concatenate([meshes[h].vertices for h in ("left", "right")])
+    kept = np.ones(V.shape[0], bool) if kept is None else kept
+    A, V = A[kept][:, kept].tocsr(), V[kept]
     n = V.shape[0]
     rng = np.random.default_rng(0)
     Z = rng.standard_normal((n, args.rank), dtype=np.float32)
     Z /= np.linalg.norm(Z, axis=1, keepdims=True)
     labels = grow_regions(A, args.k, random_state=0) + 1
+    full = np.zeros(kept.size, np.int64)
+    full[kept] = labels
     print(f"{n} vertices, rank {args.rank}, K = {args.k}")
     rows = []
 
@@ -56,8 +71,7 @@ def main() -> None:
     pairs = timed("geodesic pairs within 35 mm (once per run)",
                   lambda: ev.geodesic_pairs(V, A, n_jobs=args.jobs))  # fmt: skip
     r = timed("pair correlations (once per split)", lambda: ev.pair_correlations(Z, pairs))
-    spheres = {h: meshes[h].vertices for h in ("left", "right")}
-    kept = np.ones(n, bool)
+    spheres = find_spheres(meshes)["spheres"]
     null = timed(
         f"spin null: samples and {args.spins} rotations (once per run)",
         lambda: ev.SpinNull(
@@ -68,7 +82,7 @@ def main() -> None:
             kept,
             n_spins=args.spins,
             n_vertices=NULL_VERTICES,
-            n_pair_vertices=NULL_PAIR_VERTICES,
+            n_pairs=NULL_PAIRS,
             random_state=0,
         ),  # fmt: skip
     )
@@ -81,7 +95,7 @@ def main() -> None:
     timed("Gordon's homogeneity (per parcellation and direction)",
           lambda: ev.pca_homogeneity(Z, labels))  # fmt: skip
     timed(f"{args.spins} spins, three measures (per parcellation and direction)",
-          lambda: null.z_scores(labels, A))  # fmt: skip
+          lambda: null.z_scores(full, A))  # fmt: skip
     print(f"{len(pairs)} pairs ({len(pairs) / n:.0f} per vertex); {null.n_pairs} in the "
           f"null's pair sample")  # fmt: skip
     print("| step | seconds |\n|---|---|")

@@ -400,8 +400,9 @@ class SpinNull:
 
     - homogeneity and the neighbour silhouette on ``n_vertices`` vertices, from their
       correlation matrix (``n_vertices²`` work per spin);
-    - DCBC on the pairs of :class:`VertexPairs` whose two ends both lie in a sample of
-      ``n_pair_vertices`` vertices (about ``(n_pair_vertices / n)²`` of the pairs).
+    - DCBC on the pairs of :class:`VertexPairs` whose two ends both lie in a second sample
+      of vertices, as many as make about ``n_pairs`` pairs (``n √(n_pairs / all pairs)``
+      vertices: a pair is kept when both its ends are drawn).
 
     On its sample each measure is the measure's own definition restricted to the sampled
     vertices (a parcel's size is its count of sampled vertices). The parcellation itself
@@ -424,8 +425,10 @@ class SpinNull:
         Sphere coordinates of every vertex (kept or not), left then right.
     kept : ndarray of bool of shape (n_left + n_right,)
     n_spins : int
-    n_vertices, n_pair_vertices : int
-        Sample sizes (capped at the kept count); see above.
+    n_vertices : int
+        The first sample's size (capped at the kept count).
+    n_pairs : int
+        About how many pairs the DCBC sample holds (all of them when there are fewer).
     bin_width : float
         DCBC's distance bins.
     random_state : int, Generator or None
@@ -442,7 +445,7 @@ class SpinNull:
         *,
         n_spins: int = 1000,
         n_vertices: int = 1000,
-        n_pair_vertices: int = 3000,
+        n_pairs: int = 60_000,
         bin_width: float = 1.0,
         random_state: Any = None,
     ) -> None:
@@ -457,7 +460,9 @@ class SpinNull:
         self.n_bins = int(np.floor(pairs.max_dist / bin_width))
         # the homogeneity / silhouette sample and the pair sample, in kept order
         self.vertices = np.sort(rng.choice(n, min(int(n_vertices), n), replace=False))
-        pair_vertices = np.sort(rng.choice(n, min(int(n_pair_vertices), n), replace=False))
+        share = np.sqrt(min(1.0, n_pairs / max(len(pairs), 1)))
+        n_pair_vertices = min(n, int(np.ceil(n * share)))
+        pair_vertices = np.sort(rng.choice(n, n_pair_vertices, replace=False))
         inside = np.zeros(n, bool)
         inside[pair_vertices] = True
         local = np.full(n, -1, np.int64)

@@ -270,7 +270,7 @@ def test_spin_null_on_every_vertex_equals_the_exact_measures_and_their_spins():
     labels = np.zeros_like(truth)
     labels[kept] = grow_regions(Ak, 12, random_state=7) + 1
     null = ev.SpinNull(Z, pairs, r, spheres, kept, n_spins=15, n_vertices=n,
-                       n_pair_vertices=n, bin_width=2.0, random_state=11)  # fmt: skip
+                       n_pairs=len(pairs), bin_width=2.0, random_state=11)  # fmt: skip
     got = null.z_scores(labels, Ak)
     rng = np.random.default_rng(11)
     rng.choice(n, n, replace=False), rng.choice(n, n, replace=False)
@@ -293,7 +293,7 @@ def test_spin_null_on_a_sample_puts_a_planted_truth_far_above_its_spins():
     pairs = ev.geodesic_pairs(Vk, Ak, max_dist=35.0)
     r = ev.pair_correlations(Z, pairs)
     null = ev.SpinNull(Z, pairs, r, spheres, kept, n_spins=200, n_vertices=300,
-                       n_pair_vertices=500, random_state=0)  # fmt: skip
+                       n_pairs=len(pairs) // 4, random_state=0)  # fmt: skip
     assert 0 < null.n_pairs < len(pairs)
     got = null.z_scores(truth, Ak)
     for m in ("homogeneity", "dcbc", "silhouette"):
@@ -309,7 +309,7 @@ def test_spin_null_is_reproducible_and_shares_its_spins_across_data_sets():
     Z2 = _planted_hemispheres(seed=2)[0]
     pairs = ev.geodesic_pairs(Vk, Ak, max_dist=35.0)
     r, r2 = ev.pair_correlations(Z, pairs), ev.pair_correlations(Z2, pairs)
-    kw = dict(n_spins=30, n_vertices=200, n_pair_vertices=400, random_state=4)
+    kw = dict(n_spins=30, n_vertices=200, n_pairs=len(pairs) // 4, random_state=4)
     a = ev.SpinNull(Z, pairs, r, spheres, kept, **kw)
     b = ev.SpinNull(Z, pairs, r, spheres, kept, **kw)
     assert a.z_scores(truth, Ak) == b.z_scores(truth, Ak)

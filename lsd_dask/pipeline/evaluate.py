@@ -13,7 +13,7 @@ of its U·Σ: the correlations of the held-out split's rank-r data), with the me
 each beside its spin null (``spins`` rotations of the parcellation on the sphere, 1,000 by
 default) and its z. The value is the measure on all the held-out data; the spins are scored
 on a fixed sample of :data:`NULL_VERTICES` vertices (homogeneity, silhouette) and of the
-pairs among :data:`NULL_PAIR_VERTICES` vertices (DCBC), with the parcellation scored on the
+about :data:`NULL_PAIRS` pairs within a second sample (DCBC), with the parcellation scored on the
 same sample for its z (:class:`lsd_dask.evaluation.SpinNull`): that is what makes 1,000
 spins cost a few seconds per parcellation at 2 × 32k vertices. Both directions are kept,
 and their mean is the row's value. The vertex pairs and the held-out features' pair
@@ -46,7 +46,7 @@ __all__ = [
     "atlas_rows",
     "MAX_DIST_MM",
     "MEASURES",
-    "NULL_PAIR_VERTICES",
+    "NULL_PAIRS",
     "NULL_VERTICES",
 ]
 
@@ -57,10 +57,11 @@ BIN_WIDTH_MM = 1.0
 #: the measures, by their name in the report
 MEASURES = ("homogeneity", "dcbc", "silhouette", "pca_homogeneity")
 #: the spin null's samples (:class:`lsd_dask.evaluation.SpinNull`): vertices for
-#: homogeneity and the silhouette, vertices whose pairs score DCBC (about 58,000 pairs
-#: within 35 mm at 32k_fs_LR's spacing)
+#: homogeneity and the silhouette, and about how many vertex pairs score DCBC (those among
+#: a sample of 1 vertex in 31 of the 58,558 of 32k_fs_LR's cortex, whose midthickness has
+#: 58.6 million pairs within 35 mm)
 NULL_VERTICES = 1000
-NULL_PAIR_VERTICES = 3000
+NULL_PAIRS = 60_000
 
 
 class EvaluationStage:
@@ -77,7 +78,7 @@ class EvaluationStage:
             "max_dist_mm": MAX_DIST_MM,
             "bin_width_mm": BIN_WIDTH_MM,
             "spins": cfg.spins,
-            "null_sample": [NULL_VERTICES, NULL_PAIR_VERTICES],
+            "null_sample": [NULL_VERTICES, NULL_PAIRS],
             "random_state": cfg.random_state,
             "sphere": cfg.sphere,
             "lsd_dask": __version__,
@@ -213,7 +214,7 @@ def _nulls(
         ctx.kept,
         n_spins=ctx.cfg.spins,
         n_vertices=NULL_VERTICES,
-        n_pair_vertices=NULL_PAIR_VERTICES,
+        n_pairs=NULL_PAIRS,
         bin_width=BIN_WIDTH_MM,
         random_state=[ctx.cfg.random_state, 2],
     )
