@@ -244,28 +244,33 @@ class DCBCResult:
 def pair_correlations(Z: Array, pairs: VertexPairs, *, block: int = 512) -> np.ndarray:
     """``z_i · z_j`` for every pair (float64).
 
-    Pairs are taken ``block`` first vertices at a time: one GEMM of those rows against the
-    rows they pair with (mesh files number neighbouring vertices near each other, so that
-    set stays a few times the block), then the pairs are read off it; a block whose
-    partners are spread over more than ``16 × block`` rows is done pair by pair instead.
-    A dask Z is computed: it is the n × d features the cluster stage holds anyway.
+    The vertices are cut into compact cells of about ``block`` vertices (graph Voronoi
+    cells of random seeds on the mesh: a file's own numbering may scatter neighbours, as
+    32k_fs_LR's does); per cell, one GEMM of its rows against the rows they pair with,
+    then the pairs are read off it. A cell whose partners span over 16 times its size is
+    done pair by pair, a bounded chunk at a time. A dask Z is computed: it is the n × d
+    features the cluster stage holds anyway.
     """
     data = to_numpy(Z) if is_dask(Z) else np.asarray(Z)
-    order = np.argsort(pairs.rows, kind="stable")
+    cell = _cells(pairs, data.shape[0], block)[pairs.rows]
+    order = np.argsort(cell, kind="stable")
     rows, cols = pairs.rows[order], pairs.cols[order]
     out = np.empty(len(pairs), np.float64)
-    bounds = np.searchsorted(rows, np.arange(0, data.shape[0] + block, block))
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+    sorted_cells = cell[order]
+    bounds = np.flatnonzero(np.diff(sorted_cells)) + 1
+    for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(pairs)], strict=True):
         if a == b:
             continue
         r_ids, r_at = np.unique(rows[a:b], return_inverse=True)
         c_ids, c_at = np.unique(cols[a:b], return_inverse=True)
-        if c_ids.size <= 16 * block:
+        if c_ids.size <= 16 * max(r_ids.size, block):
             G = data[r_ids] @ data[c_ids].T
             out[order[a:b]] = G[r_at, c_at]
-        else:  # partners spread over the surface: no block product to share
-            out[order[a:b]] = np.einsum(
-                "ij,ij->i", data[rows[a:b]], data[cols[a:b]], dtype=np.float64
+            continue
+        for c in range(a, b, 16 * block):  # partners spread: pair by pair, memory bounded
+            e = min(c + 16 * block, b)
+            out[order[c:e]] = np.einsum(
+                "ij,ij->i", data[rows[c:e]], data[cols[c:e]], dtype=np.float64
             )
     return out
 
@@ -663,6 +668,23 @@ def _largest_eigenvalue(Zi: np.ndarray) -> float:
         op = LinearOperator((side, side), matvec=lambda v: Zi @ (Zi.T @ v), dtype=np.float64)
     v0 = np.ones(side) / np.sqrt(side)  # a fixed start: the same value every run
     return float(eigsh(op, k=1, which="LA", tol=1e-10, v0=v0, return_eigenvectors=False)[0])
+
+
+def _cells(pairs: VertexPairs, n: int, size: int) -> np.ndarray:
+    """Compact cells of about ``size`` vertices: each vertex's nearest of ``n / size``
+    random seeds along the shortest 1 % of the pairs (mesh neighbours); -1 unreached."""
+    if len(pairs) == 0:
+        return np.zeros(n, np.int64)
+    cut = np.quantile(pairs.distances, 0.01)
+    near = pairs.distances <= cut
+    graph = sp.csr_matrix(
+        (pairs.distances[near], (pairs.rows[near], pairs.cols[near])), shape=(n, n)
+    )
+    seeds = np.random.default_rng(0).choice(n, max(1, n // size), replace=False)
+    _, _, source = dijkstra(
+        graph, directed=False, indices=seeds, min_only=True, return_predecessors=True
+    )
+    return np.asarray(source, np.int64)
 
 
 def _touching(lab: np.ndarray, adjacency: sp.spmatrix, n_parcels: int) -> sp.csr_matrix:
