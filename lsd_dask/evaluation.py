@@ -335,13 +335,7 @@ def neighbour_silhouette(
     (sums,) = compute(cluster_sums(data, lab, n_parcels))
     sums = np.asarray(sums, np.float64)
     sizes = np.bincount(lab[lab >= 0], minlength=n_parcels).astype(np.float64)
-    A = sp.coo_matrix(adjacency)
-    la, lb = lab[A.row], lab[A.col]
-    cut = (la != lb) & (la >= 0) & (lb >= 0)
-    touching = sp.csr_matrix(
-        (np.ones(int(cut.sum())), (la[cut], lb[cut])), shape=(n_parcels, n_parcels)
-    )
-    touching.sum_duplicates()
+    touching = _touching(lab, adjacency, n_parcels)
     scores = np.zeros(int(np.sum(lab >= 0)))
     order = np.flatnonzero(lab >= 0)
     pos = np.empty(lab.size, np.int64)
@@ -383,16 +377,8 @@ def spin_null(
     """
     from .spin import spin_labels
 
-    value = float(score(labels))
     null = np.array([score(spin_labels(labels, index, kept)) for index in spins], np.float64)
-    mean = float(null.mean()) if null.size else float("nan")
-    sd = float(null.std()) if null.size else float("nan")
-    return {
-        "value": value,
-        "null_mean": mean,
-        "null_sd": sd,
-        "z": (value - mean) / sd if null.size and sd > 0 else None,
-    }
+    return _z(float(score(labels)), null)
 
 
 class SpinNull:
