@@ -10,7 +10,9 @@ their parcels from 1, so that ``L_1`` and ``R_1`` stay two parcels.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import nibabel as nib
 import numpy as np
@@ -25,7 +27,9 @@ LABEL_KEYS = ("dlabel", "left", "right")
 _CIFTI_NAMES = {"left": "CIFTI_STRUCTURE_CORTEX_LEFT", "right": "CIFTI_STRUCTURE_CORTEX_RIGHT"}
 
 
-def read_parcellation(files: dict[str, str | os.PathLike[str]]) -> tuple[np.ndarray, list[int]]:
+def read_parcellation(
+    files: Mapping[str, str | os.PathLike[str]],
+) -> tuple[np.ndarray, list[int]]:
     """Parcel ids per vertex and the vertex count of each hemisphere's surface.
 
     Parameters
@@ -56,7 +60,7 @@ def read_parcellation(files: dict[str, str | os.PathLike[str]]) -> tuple[np.ndar
 
 def _read_dlabel(path: Path) -> tuple[np.ndarray, list[int]]:
     try:
-        img = nib.load(str(path))
+        img: Any = nib.load(str(path))
         bm = img.header.get_axis(1)
         data = np.asarray(img.get_fdata()[0]).astype(np.int64)
     except Exception as err:  # nibabel raises many kinds on a damaged or wrong file
@@ -83,8 +87,8 @@ def _read_hemisphere(path: Path) -> np.ndarray:
             # -1: no label; 0: the table's first entry, "unknown" or the medial wall
             return np.where(np.asarray(labels) > 0, labels, 0).astype(np.int64)
         if name.endswith(".label.gii"):
-            img = nib.load(str(path))
-            labels = np.asarray(img.darrays[0].data).astype(np.int64).ravel()
+            gii: Any = nib.load(str(path))
+            labels = np.asarray(gii.darrays[0].data).astype(np.int64).ravel()
             return np.where(labels > 0, labels, 0)
     except Exception as err:  # nibabel raises many kinds on a damaged file
         raise ValueError(f"{path}: not a readable label file ({err}).") from err

@@ -127,7 +127,7 @@ class EvaluationStage:
             if unit.item[0] == "atlas":
                 # fitted on neither split: scored on each split's data
                 labels = np.where(kept, ctx.atlases[unit.item[1]], 0)
-                out = {
+                out: dict[str, Any] = {
                     f"on_{s}": self._scores(
                         labels, features[s], pairs, correlations[s], A, kept, nulls.get(s)
                     )  # fmt: skip
@@ -138,7 +138,7 @@ class EvaluationStage:
                 what = f"atlas {unit.item[1]} ({out['n_parcels']} parcels)"
             else:
                 name, k = unit.item
-                out = {}
+                out = {}  # the two directions, then their mean
                 for fitted, held_out in (splits, splits[::-1]):
                     out[f"{fitted}_on_{held_out}"] = self._scores(
                         wd.load_npy(wd.labels(fitted, name, k)), features[held_out], pairs,
