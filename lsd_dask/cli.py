@@ -93,7 +93,8 @@ def main(debug: bool, quiet: bool) -> None:
     type=click.Choice(list(METHODS)),
     help="Methods (repeat; overrides `methods`): "
     + ", ".join(f"{name} ({m.summary})" for name, m in METHODS.items())
-    + ".",
+    + ". A name runs the method with no spatial option; a file without `methods` runs "
+    "directional_merged (directional, spatial_weight 1, oversegment 3).",
 )
 @click.option("--rank", type=int, default=None, help="SVD rank (overrides `svd.rank`).")
 @click.option(

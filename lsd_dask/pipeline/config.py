@@ -13,9 +13,11 @@ A pipeline YAML looks like::
     display_mesh: null             # {left: lh.inflated.surf.gii, right: ...} for the figures
     sphere: null                   # {left: lh.sphere.surf.gii, right: ...} for the spin null;
                                    # null: fsaverage5 and 32k_fs_LR spheres are found
-    methods: [directional]         # names, or variants with their own spatial settings:
-                                   # {name: dir_spatial, method: directional,
-                                   #  feature_smoothing_mm: 20, spatial_weight: 2}
+    methods:                       # names, or variants with their own spatial settings;
+      - {name: directional_merged, method: directional, spatial_weight: 1, oversegment: 3}
+                                   # (the default: pipeline/methods.py, DEFAULT_METHOD)
+      # - directional              # plain: no spatial option
+      # - {name: dir_spatial, method: directional, feature_smoothing_mm: 20, spatial_weight: 2}
     ks: [50, 100]
     svd: {method: randomized, rank: 1000, n_power_iter: 2}   # fuse_passes: true (q+2 reads)
     min_region_size: 20
@@ -27,6 +29,8 @@ A pipeline YAML looks like::
     feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first;
                                    # auto: each split's two halves choose it (pipeline/blur.py)
     spatial_weight: 0              # directional, spherical_kmeans: Potts penalty per cut edge
+                                   # (the default method sets 1, and oversegment 3; set
+                                   # here, they win over the default method's)
     oversegment: 1                 # > 1: fit oversegment × K clusters, then merge neighbours
                                    # on the mesh with Ward's linkage down to K
     contiguous: false              # true: connected parcels, fragments merged
@@ -72,7 +76,7 @@ from ..cluster import SPATIAL_OPTIONS
 from ..io.surface_files import READERS, SubjectFiles
 from . import files
 from .atlases import AtlasSpec, parse_atlases
-from .methods import MethodSpec, check_options, numbers, parse_methods
+from .methods import MethodSpec, check_options, default_methods, numbers, parse_methods
 from .preprocess import PreprocessSettings
 from .svd import SvdSettings
 
@@ -96,7 +100,7 @@ class PipelineConfig:
     #: the methods to run, each with its spatial settings (``methods:`` in the file; the
     #: top-level spatial settings below are every method's defaults)
     methods: list[MethodSpec] = field(
-        default_factory=lambda: [MethodSpec("directional", "directional")]
+        default_factory=lambda: parse_methods(default_methods({}), {})
     )
     ks: list[int] = field(default_factory=lambda: [50, 100])
     svd: SvdSettings = field(default_factory=SvdSettings)
@@ -274,7 +278,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     check_options(spatial)
     features = _check_features(raw.get("features", _default("features")))
     methods = parse_methods(
-        raw.get("methods", [m.name for m in _default("methods")]),
+        raw.get("methods", default_methods(spatial)),
         {**spatial, "features": features},
     )
     ks = raw.get("ks", _default("ks"))

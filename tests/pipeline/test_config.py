@@ -117,6 +117,21 @@ def test_auto_feature_smoothing_at_the_top_or_per_variant(folder):
     assert [m.options["feature_smoothing_mm"] for m in cfg.methods] == ["auto", 10.0]
 
 
+def test_a_file_without_methods_runs_the_merged_directional_default(folder):
+    (spec,) = load_config(folder / "pipeline.yaml").methods
+    assert (spec.name, spec.method) == ("directional_merged", "directional")
+    assert (spec.options["spatial_weight"], spec.options["oversegment"]) == (1.0, 3.0)
+    est = spec.estimator(10, 0)
+    assert (est.spatial_weight, est.oversegment) == (1.0, 3.0)
+    # a top-level spatial setting wins over the default method's own
+    (spec,) = load_config(_write(folder, spatial_weight=4, contiguous=True)).methods
+    assert spec.options["spatial_weight"] == 4.0 and spec.options["contiguous"] is True
+    assert spec.options["oversegment"] == 3.0
+    # a method named in the file runs plain
+    (spec,) = load_config(_write(folder, methods=["directional"])).methods
+    assert spec.options["spatial_weight"] == 0.0 and spec.options["oversegment"] == 1.0
+
+
 def test_one_file_under_two_ids(folder):
     raw = yaml.safe_load((folder / "pipeline.yaml").read_text())
     raw["subjects"][3]["left"] = raw["subjects"][0]["left"]
