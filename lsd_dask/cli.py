@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
+from .io.lock import FolderBusyError, WorkLock
 from .pipeline.methods import METHODS
+
+if TYPE_CHECKING:
+    from .pipeline.config import PipelineConfig
 
 #: errors that describe bad input or settings: shown as one line unless --debug
 USER_ERRORS = (
@@ -24,6 +28,7 @@ USER_ERRORS = (
     ConnectionError,
     ImportError,
     MemoryError,
+    FolderBusyError,
 )
 
 
@@ -118,8 +123,8 @@ def run(
     svd_method: str | None,
 ) -> None:
     """Run the split-half parcellation pipeline described by PIPELINE (YAML)."""
-    from .distributed import connect
-    from .pipeline import load_config, preflight, run_pipeline
+    from .pipeline import load_config
+    from .pipeline.stages import work_lock
 
     # merged key by key into the file's svd section
     svd = {k: v for k, v in {"rank": rank, "method": svd_method}.items() if v is not None}
@@ -131,6 +136,24 @@ def run(
         svd=svd or None,
         work=work if work is None or "://" in work else str(Path(work).resolve()),
     )
+    # the work folder's lock first: a second run into it fails before reading anything
+    with work_lock(cfg, _command_line()) as lock:
+        _run_locked(cfg, lock, cluster_file, scheduler, tls_ca_file, tls_cert, tls_key)
+
+
+def _run_locked(
+    cfg: PipelineConfig,
+    lock: WorkLock,
+    cluster_file: Path | None,
+    scheduler: str | None,
+    tls_ca_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+) -> None:
+    """The run, with its work folder locked: preflight, connect, run."""
+    from .distributed import connect
+    from .pipeline import preflight, run_pipeline
+
     preflight(cfg)  # headers, meshes and settings, before any cluster starts
     target = scheduler or (str(cluster_file) if cluster_file else None) or cfg.cluster
     tls = {"tls_ca_file": tls_ca_file, "tls_client_cert": tls_cert, "tls_client_key": tls_key}
@@ -143,7 +166,7 @@ def run(
         security = {k: str(v) for k, v in tls.items()} | {"require_encryption": True}
         target = {"type": "remote", "remote": {"address": scheduler, "security": security}}
     with connect(target):
-        run_pipeline(cfg, command=_command_line())
+        run_pipeline(cfg, command=_command_line(), lock=lock)
 
 
 @main.command()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..io.lock import WorkLock
 from . import plan
 from .config import PipelineConfig
 from .outputs import write_outputs
@@ -34,7 +35,11 @@ __all__ = ["run_pipeline", "preflight"]
 
 
 def run_pipeline(
-    cfg: PipelineConfig, *, log: Log | None = None, command: str | None = None
+    cfg: PipelineConfig,
+    *,
+    log: Log | None = None,
+    command: str | None = None,
+    lock: WorkLock | None = None,
 ) -> dict[str, Any]:
     """Run every stage (skipping completed ones) and write the outputs; return the report.
 
@@ -42,30 +47,35 @@ def run_pipeline(
 
     The Dask scheduler is whatever is active: call inside ``with connect(...)`` to use a
     cluster (the CLI does). ``command`` (the command line, when there is one) goes into
-    ``report.json`` and ``dataset_description.json``.
+    ``report.json`` and ``dataset_description.json``. The run holds its work folder's lock
+    (:func:`~lsd_dask.pipeline.stages.work_lock`; pass ``lock`` when already taken): a
+    second run into the same folder fails at once, naming this one.
     """
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     log = get_log("lsd_dask.pipeline", log)
-    ctx = RunContext.open(cfg, log, preflight(cfg)[0])
-    for stage in plan.STAGES:
+    ctx = RunContext.open(cfg, log, preflight(cfg)[0], command, lock)
+    try:
+        for stage in plan.STAGES:
+            t0 = time.perf_counter()
+            if run_stage(stage, ctx):
+                timings[_TIMING_NAMES.get(stage.name, stage.name)] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        if run_stage(stage, ctx):
-            timings[_TIMING_NAMES.get(stage.name, stage.name)] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    scores = score_run(ctx)
-    timings["scores"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    log(f"[outputs] label files, figures and the report into {cfg.output}")
-    files = write_outputs(ctx, scores[0], command)
-    timings["outputs"] = time.perf_counter() - t0
-    timings["total"] = time.perf_counter() - t_start
-    report = write_report(ctx, scores, files, timings, command)
-    log(
-        f"[done] outputs in {cfg.output} ({timings['total']:.1f} s); report: "
-        f"{cfg.output / 'report.json'}"
-    )
-    return report
+        scores = score_run(ctx)
+        timings["scores"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        log(f"[outputs] label files, figures and the report into {cfg.output}")
+        files = write_outputs(ctx, scores[0], command)
+        timings["outputs"] = time.perf_counter() - t0
+        timings["total"] = time.perf_counter() - t_start
+        report = write_report(ctx, scores, files, timings, command)
+        log(
+            f"[done] outputs in {cfg.output} ({timings['total']:.1f} s); report: "
+            f"{cfg.output / 'report.json'}"
+        )
+        return report
+    finally:
+        ctx.close()
 
 
 #: the report's name of a stage's time, where it is not the stage's name

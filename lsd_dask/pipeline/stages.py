@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
+from ..io.lock import WorkLock
+from ..io.storage import Folder
 from ..io.surface_files import HEMISPHERES
 from ..surface import Mesh, mesh_adjacency
 from ._log import Log, get_log
@@ -38,7 +40,7 @@ from .workdir import WorkDir
 if TYPE_CHECKING:  # the configuration imports the stages' settings
     from .config import PipelineConfig
 
-__all__ = ["Log", "RunContext", "Stage", "Unit", "get_log", "run_stage"]
+__all__ = ["Log", "RunContext", "Stage", "Unit", "get_log", "run_stage", "work_lock"]
 
 
 @dataclass
@@ -107,12 +109,47 @@ class RunContext:
     meshes: dict[str, Mesh]
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    lock: WorkLock | None = None
+    #: whether :meth:`close` gives the lock back (not when the caller took it)
+    owns_lock: bool = False
+
     @classmethod
-    def open(cls, cfg: PipelineConfig, log: Log, meshes: dict[str, Mesh]) -> RunContext:
-        """The context of a run: its work folder opened, what killed writers left swept."""
+    def open(
+        cls,
+        cfg: PipelineConfig,
+        log: Log,
+        meshes: dict[str, Mesh],
+        command: str | None = None,
+        lock: WorkLock | None = None,
+    ) -> RunContext:
+        """The context of a run: its work folder opened and locked (a second run into it
+        fails with :class:`~lsd_dask.io.lock.FolderBusyError`), then what killed writers
+        left swept (with the lock held, no live writer can own it). ``lock``: the folder's
+        lock, already taken by the caller (:func:`work_lock`), who gives it back;
+        otherwise :meth:`close` does."""
         wd = WorkDir(cfg.work_url, log, cfg.storage_options)
-        wd.remove_partials()
-        return cls(cfg, wd, log, meshes)
+        owns = lock is None
+        if lock is None:
+            lock = work_lock(cfg, command)
+        try:
+            wd.remove_partials()
+        except BaseException:
+            if owns:
+                lock.release()
+            raise
+        return cls(cfg, wd, log, meshes, lock=lock, owns_lock=owns)
+
+    def close(self) -> None:
+        """Give the work folder's lock back, if this context took it."""
+        if self.lock is not None and self.owns_lock:
+            self.lock.release()
+        self.lock = None
+
+    def __enter__(self) -> RunContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def splits(self) -> dict[str, list[str]]:
@@ -147,6 +184,17 @@ class RunContext:
         A = self.adjacency[kept][:, kept].tocsr()
         V = np.concatenate([self.meshes[h].vertices for h in HEMISPHERES])[kept]
         return V, A
+
+
+def work_lock(cfg: PipelineConfig, command: str | None = None) -> WorkLock:
+    """Take the lock of the run's work folder (created if missing), or raise
+    :class:`~lsd_dask.io.lock.FolderBusyError` naming the run that holds it. The CLI takes
+    it before reading any input, so that a second run fails within seconds."""
+    folder = Folder(cfg.work_url, cfg.storage_options)
+    folder.makedirs()
+    lock = WorkLock(folder, command)
+    lock.acquire()
+    return lock
 
 
 def run_stage(stage: Stage, ctx: RunContext) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from lsd_dask.pipeline.stages import RunContext, run_stage
 
 
 def _ingest(cfg, log):
-    ctx = RunContext.open(cfg, log, preflight(cfg)[0])
-    run_stage(IngestStage(), ctx)
-    return ctx.wd
+    with RunContext.open(cfg, log, preflight(cfg)[0]) as ctx:
+        run_stage(IngestStage(), ctx)
+        return ctx.wd
 
 
 def test_workers_ingest_and_a_vertex_masked_by_the_last_subject_is_dropped(

@@ -1,13 +1,20 @@
 """The stage contract's runner, once for every stage: skip what is current, compute the
 rest together, record each unit as the stage yields it, recompute on a changed key or a
-missing output; and a new stage runs in a real pipeline from one line in the stage list."""
+missing output; and a new stage runs in a real pipeline from one line in the stage list.
+A run holds its work folder's lock: a second run into it fails at once."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
+import yaml
 
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.pipeline.stages import RunContext, Unit, run_stage
@@ -125,3 +132,67 @@ def test_a_new_stage_is_one_line_in_the_stage_list(tmp_path, study, monkeypatch)
     logs.clear()
     run_pipeline(cfg, log=logs.append)
     assert "[sizes] split2 done earlier, skipped" in logs
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from lsd_dask.cli import main; main()", *args]
+
+
+def _labels(out):
+    work = out / "work" / "labels"
+    return {p.name: np.load(p) for p in sorted(work.glob("*.npy"))}
+
+
+def test_two_runs_into_one_folder_the_second_fails_at_once_and_the_first_is_unharmed(
+    tmp_path, write_tiny_study, scheduler_address
+):
+    """Run A is paused (SIGSTOP) at its first SVD line; run B into the same output folder
+    fails with one line naming A, before it reads any input (on the idle development
+    machine in about 2.5 s, Python's start-up and imports included); A, continued,
+    finishes with the labels of a fresh run."""
+    study = tmp_path / "study"
+    write_tiny_study(study, random_state=3)
+    raw = yaml.safe_load((study / "pipeline.yaml").read_text())
+    raw.update(ks=[4], methods=["directional"], min_region_size=2, null_repeats=1, spins=50)
+    raw["svd"] = {"method": "randomized", "rank": 12}
+    (study / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    args = [str(study / "pipeline.yaml"), "--scheduler", scheduler_address]
+    out = tmp_path / "shared"
+    a = subprocess.Popen(
+        _cli("run", *args, "--out", str(out)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    paused = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert a.stdout is not None
+        for line in a.stdout:
+            lines.append(line)
+            if not paused.is_set() and line.startswith("[svd]"):
+                os.kill(a.pid, signal.SIGSTOP)
+                paused.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert paused.wait(240), "".join(lines)
+        b = subprocess.run(
+            _cli("run", *args, "--out", str(out)), capture_output=True, text=True, timeout=60
+        )
+        assert b.returncode != 0
+        message = (b.stdout + b.stderr).strip().splitlines()
+        assert len(message) == 1, b.stdout + b.stderr  # no progress line: nothing was read
+        assert f"in use by another run: pid {a.pid}" in message[0]
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    assert a.wait(timeout=240) == 0, "".join(lines)
+    reader.join(timeout=10)
+    fresh = tmp_path / "fresh"
+    subprocess.run(_cli("run", *args, "--out", str(fresh)), check=True, capture_output=True)
+    got, want = _labels(out), _labels(fresh)
+    assert list(got) == list(want) and got
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])

@@ -123,7 +123,8 @@ def test_a_killed_svd_worker_says_what_memory_the_rank_needs(tmp_path):
     from lsd_dask.pipeline.stages import RunContext, run_stage
 
     # the stores are written first, here: the test is about the SVD's memory
-    run_stage(IngestStage(), RunContext.open(cfg, lambda s: None, preflight(cfg)[0]))
+    with RunContext.open(cfg, lambda s: None, preflight(cfg)[0]) as ctx:
+        run_stage(IngestStage(), ctx)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with connect(cfg.cluster, log=None):
             with pytest.raises(MemoryError) as info:
