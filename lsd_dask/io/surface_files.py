@@ -48,6 +48,10 @@ HEMISPHERES = ("left", "right")
 _CIFTI_NAMES = {"left": "CIFTI_STRUCTURE_CORTEX_LEFT", "right": "CIFTI_STRUCTURE_CORTEX_RIGHT"}
 
 
+#: fewer time points per subject (after ``time_slice``) than this is refused: a correlation
+#: of a handful of samples is noise
+MIN_TIMEPOINTS = 10
+
 @dataclass(frozen=True)
 class SubjectFiles:
     """Where one subject's data live: an input kind (a key of :data:`READERS`) and its files.
@@ -106,6 +110,11 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
                 f"{x.shape[1]} time points."
             )
         x = x[:, a:b]
+    if x.shape[1] < MIN_TIMEPOINTS:
+        raise ValueError(
+            f"subject {files.subject}: {x.shape[1]} time point(s); at least {MIN_TIMEPOINTS} "
+            "are needed for its correlations to mean anything."
+        )
     return x, sizes
 
 

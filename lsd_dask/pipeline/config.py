@@ -301,7 +301,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         output=files.resolve(raw.get("output", "lsd_dask_output"), base),
         splits={str(k): [str(i) for i in v] for k, v in splits.items()} if splits else None,
         methods=methods,
-        ks=[files.int_setting(k, "ks", 2) for k in ks],
+        ks=_distinct_ks([files.int_setting(k, "ks", 2) for k in ks]),
         svd=svd,
         min_region_size=files.int_setting(
             raw.get("min_region_size", _default("min_region_size")), "min_region_size", 1
@@ -329,6 +329,14 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
 
 
 _TOP_KEYS = ({f.name for f in fields(PipelineConfig)} - {"spatial"}) | {"globs", *SPATIAL_OPTIONS}
+
+
+def _distinct_ks(ks: list[int]) -> list[int]:
+    """The cluster counts, each once (a repeated K would be fitted twice under one name)."""
+    twice = sorted({k for k in ks if ks.count(k) > 1})
+    if twice:
+        raise ValueError(f"ks: {', '.join(map(str, twice))} given more than once.")
+    return ks
 
 
 def _default(name: str) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import glob
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ __all__ = [
 
 #: a subject entry's keys besides its files' (io's readers name those: ``file_keys()``)
 _SUBJECT_KEYS = {"id", "time_slice"}
+#: what ``os.path.expandvars`` leaves of a variable that is not set
+_UNSET_VAR = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
 
 def check_keys(d: dict[str, Any], allowed: set[str], where: str) -> None:
@@ -99,10 +102,16 @@ def resolve(p: Any, base: Path) -> Path:
     """A path relative to the YAML's folder; ``pkg://NAME/rest`` is a file inside an installed
     package (found without importing it), e.g. data that a package ships."""
     text = os.path.expandvars(str(p))
+    unset = _UNSET_VAR.search(text)
+    if unset:
+        raise ValueError(f"{p}: the environment variable {unset.group(0)} is not set.")
     if text.startswith("pkg://"):
         import importlib.util
 
         name, _, rest = text[len("pkg://") :].partition("/")
+        if not name.isidentifier():
+            # a dotted name would import its parent packages, running their code
+            raise ValueError(f"{p}: pkg:// takes a top-level package name, got {name!r}.")
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             raise FileNotFoundError(f"package {name!r} is not installed (needed for {text}).")
@@ -122,10 +131,17 @@ def subjects(raw: dict[str, Any], base: Path) -> list[SubjectFiles]:
         check_keys(entry, _SUBJECT_KEYS | file_keys(), f"subjects[{j}] ({entry['id']})")
         sid = str(entry["id"])
         ts = entry.get("time_slice")
+        if ts is not None and (not isinstance(ts, list | tuple) or len(ts) != 2):
+            raise ValueError(f"subjects[{j}] ({sid}).time_slice: [start, stop], got {ts!r}.")
         files = {k: resolve(entry[k], base) for k in file_keys() if entry.get(k)}
+        where = f"subjects[{j}] ({sid}).time_slice"
         out.append(
             SubjectFiles.from_keys(
-                sid, time_slice=(int(ts[0]), int(ts[1])) if ts else None, **files
+                sid,
+                time_slice=(int_setting(ts[0], where, 0), int_setting(ts[1], where, 1))
+                if ts
+                else None,
+                **files,
             )
         )
     globs = mapping(raw.get("globs"), "globs")

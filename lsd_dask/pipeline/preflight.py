@@ -15,20 +15,12 @@ from .atlases import load_atlases
 from .config import PipelineConfig
 from .preprocess import read_confounds, subject_t_r_of
 
-__all__ = ["preflight"]
+__all__ = ["check_writable", "preflight"]
 
 
 def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
     """Checks before any heavy work: output writable, files present, meshes match the data."""
-    out = cfg.output
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as err:
-        raise PermissionError(f"output folder {out} is not writable: {err}") from err
-    _check_work_folder(cfg)
+    check_writable(cfg)
     missing = [str(p) for s in cfg.subjects for p in s.paths if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"{len(missing)} input file(s) missing, first: {missing[0]}")
@@ -86,6 +78,20 @@ def _check_preprocess(cfg: PipelineConfig) -> None:
                         f"subject {s.subject}: preprocess.{edge} = {hz} Hz is at or above the "
                         f"Nyquist frequency {nyquist:.4g} Hz of its TR ({tr:g} s)."
                     )
+
+
+def check_writable(cfg: PipelineConfig) -> None:
+    """The output folder (created) and the work folder take a write, or one line says
+    which does not."""
+    out = cfg.output
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise PermissionError(f"output folder {out} is not writable: {err}") from err
+    _check_work_folder(cfg)
 
 
 def _check_work_folder(cfg: PipelineConfig) -> None:

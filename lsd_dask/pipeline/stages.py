@@ -190,6 +190,9 @@ def work_lock(cfg: PipelineConfig, command: str | None = None) -> WorkLock:
     """Take the lock of the run's work folder (created if missing), or raise
     :class:`~lsd_dask.io.lock.FolderBusyError` naming the run that holds it. The CLI takes
     it before reading any input, so that a second run fails within seconds."""
+    from .preflight import check_writable
+
+    check_writable(cfg)
     folder = Folder(cfg.work_url, cfg.storage_options)
     folder.makedirs()
     lock = WorkLock(folder, command)

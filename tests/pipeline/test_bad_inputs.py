@@ -1,4 +1,4 @@
-"""54 bad inputs through ``lsd-dask run``, one case each.
+"""59 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -290,6 +290,21 @@ CASES: dict[int, Case] = {
     54: Case(
         _raw(lambda r: r["splits"].update({"../../escaped_split": r["splits"].pop("split2")})),
         error="escaped_split",
+    ),
+    55: Case(
+        _raw(lambda r: r["subjects"][0].update(time_slice=[0.9, 30.7])),
+        error=r"sub-001.*time_slice.*0\.9.*not an integer",
+    ),
+    56: Case(
+        _raw(lambda r: r.update(output="$LSD_DASK_UNSET_VAR/results")),
+        error=r"LSD_DASK_UNSET_VAR.*not set",
+        out=False,
+    ),
+    57: Case(_raw(lambda r: r.update(ks=[4, 4, 5])), error=r"ks: 4 given more than once"),
+    58: Case(_short("sub-004", "LR", 2), error=r"sub-004: 2 time point"),
+    59: Case(
+        _raw(lambda r: r["mesh"].update(left="pkg://os.path/lh.surf.gii")),
+        error=r"pkg:// takes a top-level package name, got 'os\.path'",
     ),
 }
 
