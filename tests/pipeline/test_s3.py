@@ -91,6 +91,7 @@ def test_s3_work_folder_gives_the_local_labels(
     assert remote["work"] == url and not (tmp_path / "remote" / "work").exists()
     fs = s3fs.S3FileSystem(**s3_options)
     assert fs.exists(f"{url}/split1.zarr/zarr.json") and fs.exists(f"{url}/stamps/mask.json")
+    assert not fs.exists(f"{url}/lock.json")  # the run's lease, given back
     for split in ("split1", "split2"):
         for method in ("directional", "spherical_kmeans"):
             for k in (3, 6):
@@ -119,3 +120,26 @@ def test_an_unreachable_bucket_fails_before_any_work(tmp_path, write_tiny_study,
     assert res.exit_code != 0
     assert "work folder s3://no-such-bucket/run is not writable" in res.output
     assert time.perf_counter() - t0 < 60
+
+
+def test_a_work_folder_on_object_storage_is_leased_to_one_run(s3_options):
+    """The lease object names its holder; a second run fails naming it; the lease is gone
+    after release; a lease not renewed for LEASE_S seconds is a dead run's, taken over."""
+    import json as _json
+    import os
+
+    from lsd_dask.io.lock import LEASE_S, FolderBusyError, WorkLock
+    from lsd_dask.io.storage import Folder
+
+    url = f"s3://{BUCKET}/leased/work"
+    folder = Folder(url, s3_options)
+    fs = s3fs.S3FileSystem(**s3_options)
+    with WorkLock(folder, command="lsd-dask run a.yaml"):
+        assert fs.exists(f"{url}/lock.json")
+        with pytest.raises(FolderBusyError, match=rf"pid {os.getpid()} .*lsd-dask run a\.yaml"):
+            WorkLock(Folder(url, s3_options)).acquire()
+    assert not fs.exists(f"{url}/lock.json")
+    stale = {"id": "gone", "pid": 1, "host": "elsewhere", "renewed": time.time() - LEASE_S - 1}
+    fs.pipe(f"{url}/lock.json", _json.dumps(stale).encode())
+    with WorkLock(folder) as lock:
+        assert _json.loads(fs.cat(f"{url}/lock.json"))["id"] == lock.owner["id"]
