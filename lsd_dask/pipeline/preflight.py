@@ -82,7 +82,9 @@ def _check_preprocess(cfg: PipelineConfig) -> None:
 
 def check_writable(cfg: PipelineConfig) -> None:
     """The output folder (created) and the work folder take a write, or one line says
-    which does not."""
+    which does not; neither may hold an input (a run writes ``dataset_description.json``,
+    ``.bidsignore`` and ``mask.npy``, which would replace the study's own)."""
+    _check_not_inputs(cfg)
     out = cfg.output
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -92,6 +94,24 @@ def check_writable(cfg: PipelineConfig) -> None:
     except OSError as err:
         raise PermissionError(f"output folder {out} is not writable: {err}") from err
     _check_work_folder(cfg)
+
+
+def _check_not_inputs(cfg: PipelineConfig) -> None:
+    inputs = [Path(p) for s in cfg.subjects for p in s.paths] + [Path(p) for p in cfg.mesh.values()]
+    for pair in (cfg.sphere, cfg.display_mesh):
+        inputs += [Path(p) for p in (pair or {}).values()]
+    inputs = [p.resolve() for p in inputs]
+    folders = [("output", cfg.output)]
+    if is_local(cfg.work_url):
+        folders.append(("work", Path(cfg.work_url.removeprefix("file://"))))
+    for what, folder in folders:
+        f = Path(folder).resolve()
+        inside = next((p for p in inputs if p == f or f in p.parents), None)
+        if inside is not None:
+            raise ValueError(
+                f"the {what} folder {f} holds the input {inside}; give the run a folder of "
+                "its own (it would write over the study's files)."
+            )
 
 
 def _check_work_folder(cfg: PipelineConfig) -> None:

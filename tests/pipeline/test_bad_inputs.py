@@ -1,4 +1,4 @@
-"""59 bad inputs through ``lsd-dask run``, one case each.
+"""61 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -305,6 +305,10 @@ CASES: dict[int, Case] = {
     59: Case(
         _raw(lambda r: r["mesh"].update(left="pkg://os.path/lh.surf.gii")),
         error=r"pkg:// takes a top-level package name, got 'os\.path'",
+    ),
+    60: Case(args=["--out", "{d}"], error=r"output folder .* holds the input", out=False),
+    61: Case(
+        args=["--work", "{d}/sub-001.L.func.gii/.."], error=r"work folder .* holds the input"
     ),
 }
 
