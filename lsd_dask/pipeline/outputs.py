@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import __version__
 from ..cluster import SPATIAL_OPTIONS
-from ..io.atomic import atomic_write_text
+from ..io.atomic import atomic_write_text, remove_path
 from ..io.bids import bids_label, bids_name, dataset_description, lookup_table, surface_space
 from ..io.surface_files import (
     HEMISPHERES,
@@ -23,7 +23,7 @@ from ..io.surface_files import (
 )
 from .blur import chosen_blurs
 from .methods import MethodSpec
-from .stages import RunContext
+from .stages import Log, RunContext
 
 __all__ = ["write_outputs"]
 
@@ -108,7 +108,23 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
             meshes, panels, out / f"parcellations_K{k}.png", title=f"K = {k}", display=display
         )
     )
+    _remove_stale(out, label_dir, files, ctx.log)
     return files
+
+
+def _remove_stale(out: Path, label_dir: Path, files: list[Path], log: Log) -> None:
+    """Remove label files and panels an earlier run here wrote for methods, K or splits
+    this run does not have: left in place, they would read as this run's."""
+    written = {Path(f).resolve() for f in files}
+    stale = [p for p in label_dir.glob("*_dseg.*") if p.resolve() not in written]
+    stale += [p for p in out.glob("parcellations_K*.png") if p.resolve() not in written]
+    for p in sorted(stale):
+        remove_path(p)
+    if stale:
+        log(
+            f"[outputs] removed {len(stale)} file(s) an earlier run wrote for other methods, "
+            f"K or splits (first: {sorted(stale)[0].name})"
+        )
 
 
 def _sidecar(

@@ -50,10 +50,10 @@ def folder(tmp_path_factory, write_tiny_study):
 
 def _run(folder, output, **over):
     over.setdefault("svd", {"method": "randomized", "rank": 12})
+    over.setdefault("ks", [4])
     cfg = load_config(
         folder / "pipeline.yaml",
         output=str(output),
-        ks=[4],
         methods=["directional"],
         min_region_size=2,
         null_repeats=1,
@@ -132,3 +132,16 @@ def test_changed_data_recomputes_everything(folder, tmp_path):
     _same_as_fresh(data, tmp_path, labels, report)
     saved = json.loads((out / "report.json").read_text())
     assert set(saved["fingerprints"]) >= {"mask", "ingest/split1", "svd/split2"}
+
+
+def test_label_files_of_a_dropped_k_are_removed_from_the_output(folder, tmp_path):
+    """A second run with other ks leaves no label file of the first run's K behind (it
+    would read as this run's), and says so."""
+    out = tmp_path / "run"
+    _run(folder, out, ks=[3, 4])
+    assert list((out / "labels").glob("*desc-K3split1_dseg.label.gii"))
+    _, _, logs = _run(folder, out)
+    names = [p.name for p in (out / "labels").iterdir()]
+    assert names and not [n for n in names if "desc-K3" in n]
+    assert [n for n in names if "desc-K4split1_dseg" in n]
+    assert any("[outputs] removed" in line and "earlier run" in line for line in logs)
