@@ -132,8 +132,9 @@ def read_confounds(
     The TSV covers the whole run; ``time_slice`` keeps the rows of a subject that is part
     of a run, and the result must then have ``n_timepoints`` rows (when given).
 
-    fMRIPrep leaves the first row of derivative columns empty (``n/a``): such gaps are
-    filled with the column's mean, as nilearn's ``load_confounds`` does for them.
+    fMRIPrep leaves the first row of derivative columns empty (``n/a``): such leading gaps
+    are filled with the column's mean, as nilearn's ``load_confounds`` does for them. A gap
+    after a column's first number is an error naming the column and the row.
     """
     import pandas as pd
 
@@ -150,6 +151,16 @@ def read_confounds(
             f"{list(table.columns)[:12]}{' ...' if table.shape[1] > 12 else ''}."
         )
     values = table[columns].apply(pd.to_numeric, errors="coerce")
+    for c in columns:
+        # a leading gap is fMRIPrep's (derivatives start at the second row); a gap after a
+        # number is a damaged row, and filling it would hide it
+        known = values[c].notna().to_numpy()
+        if known.any() and not known[int(np.argmax(known)) :].all():
+            row = int(np.argmax(known)) + int(np.argmin(known[int(np.argmax(known)) :]))
+            raise ValueError(
+                f"subject {subject}: {path}: column {c!r} has no number in data row {row + 1} "
+                "(only the first rows may be n/a, as fMRIPrep leaves them)."
+            )
     if time_slice is not None:
         values = values.iloc[time_slice[0] : time_slice[1]]
     if n_timepoints is not None and len(values) != n_timepoints:

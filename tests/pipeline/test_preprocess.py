@@ -83,6 +83,11 @@ def test_confound_file_checks(tmp_path):
         read_confounds(path, ["csf"], "s1", n_timepoints=5)
     with pytest.raises(FileNotFoundError, match="subject s2: confound file"):
         read_confounds(tmp_path / "s2.tsv", ["csf"], "s2")
+    # a gap after the first number is a damaged row, not fMRIPrep's leading n/a
+    gap = tmp_path / "s3.tsv"
+    pd.DataFrame({"csf": [1.0, 2.0, "n/a", 5.0]}).to_csv(gap, sep="\t", index=False)
+    with pytest.raises(ValueError, match=r"subject s3: .*s3.tsv: column 'csf' .* data row 3"):
+        read_confounds(gap, ["csf"], "s3")
 
 
 @pytest.mark.parametrize(
