@@ -188,12 +188,15 @@ def write_zarr_subject(
     return p
 
 
-def load_mesh(path: str | os.PathLike[str]) -> Mesh:
-    """A GIFTI surface (``.surf.gii``): vertices and triangles."""
+def load_mesh(path: str | os.PathLike[str], hemi: str | None = None) -> Mesh:
+    """A GIFTI surface (``.surf.gii``): vertices and triangles. ``hemi``: the hemisphere it
+    is given as, checked against the file's own ``AnatomicalStructurePrimary``."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"surface {p} does not exist.")
     img = nib.load(str(p))
+    if hemi is not None:
+        check_structure(img, hemi, p, "mesh: ")
     pts = img.get_arrays_from_intent("NIFTI_INTENT_POINTSET")
     tri = img.get_arrays_from_intent("NIFTI_INTENT_TRIANGLE")
     if not pts or not tri:
@@ -480,14 +483,30 @@ def _cifti_t_r(files: SubjectFiles) -> float | None:
 
 def _hemisphere_counts(files: SubjectFiles) -> list[int]:
     counts = []
-    for p in files.paths:
+    for hemi, p in zip(HEMISPHERES, files.paths, strict=True):
         img = nib.load(str(p))
         if str(p).lower().endswith(".gii"):
+            check_structure(img, hemi, p, f"subject {files.subject}: ")
             counts.append(int(img.darrays[0].data.shape[0]))
         else:
             _check_payload(img, p)
             counts.append(int(img.shape[0]))
     return counts
+
+
+def check_structure(img: Any, hemi: str, path: Path, where: str = "") -> None:
+    """A GIFTI that says which hemisphere it is (``AnatomicalStructurePrimary``, in the file's
+    or its first array's metadata) must be the one it is given as."""
+    meta = dict(img.meta or {})
+    if img.darrays:
+        meta = {**dict(img.darrays[0].meta or {}), **meta}
+    structure = str(meta.get("AnatomicalStructurePrimary", ""))
+    said = {"CortexLeft": "left", "CortexRight": "right"}.get(structure)
+    if said is not None and said != hemi:
+        raise ValueError(
+            f"{where}{path} is given as the {hemi} hemisphere but its "
+            f"AnatomicalStructurePrimary is {structure}: are left and right swapped?"
+        )
 
 
 def _load_hemispheres(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:

@@ -26,7 +26,7 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
         raise FileNotFoundError(f"{len(missing)} input file(s) missing, first: {missing[0]}")
     if set(cfg.mesh) != set(HEMISPHERES):
         raise ValueError("mesh needs a 'left' and a 'right' GIFTI surface.")
-    meshes = {h: load_mesh(cfg.mesh[h]) for h in HEMISPHERES}
+    meshes = {h: load_mesh(cfg.mesh[h], h) for h in HEMISPHERES}
     sizes = [meshes[h].n_vertices for h in HEMISPHERES]
     # headers only: vertex counts of every subject against the meshes
     for s in cfg.subjects:

@@ -1,4 +1,4 @@
-"""61 bad inputs through ``lsd-dask run``, one case each.
+"""63 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -309,6 +309,16 @@ CASES: dict[int, Case] = {
     60: Case(args=["--out", "{d}"], error=r"output folder .* holds the input", out=False),
     61: Case(
         args=["--work", "{d}/sub-001.L.func.gii/.."], error=r"work folder .* holds the input"
+    ),
+    62: Case(
+        _raw(
+            lambda r: r["subjects"][2].update(left="sub-003.R.func.gii", right="sub-003.L.func.gii")
+        ),
+        error=r"sub-003: .*sub-003\.R\.func\.gii is given as the left hemisphere .*CortexRight",
+    ),
+    63: Case(
+        _raw(lambda r: r["mesh"].update(left="rh.surf.gii", right="lh.surf.gii")),
+        error=r"mesh: .*rh\.surf\.gii is given as the left hemisphere",
     ),
 }
 
