@@ -64,6 +64,7 @@ an installed package.
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -225,12 +226,12 @@ class PipelineConfig:
                     f"split name {name!r}: use letters, digits, '_' and '-' only (it names "
                     "files in the work folder)."
                 )
-        # one file under two ids leaks data between the splits, unless the ids take
-        # disjoint time slices of it (two halves of one run)
-        owners: dict[str, list[Any]] = {}
+        # one file under two ids (a link, a hard link or a copy) leaks data between the
+        # splits, unless the ids take disjoint time slices of it (two halves of one run)
+        owners: dict[Any, list[Any]] = {}
         for s in self.subjects:
             for p in s.paths:
-                real = os.path.realpath(p)
+                real = _content_identity(p)
                 for other in owners.get(real, []):
                     if other.subject != s.subject and _overlap(other.time_slice, s.time_slice):
                         raise ValueError(
@@ -329,6 +330,22 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
 
 
 _TOP_KEYS = ({f.name for f in fields(PipelineConfig)} - {"spatial"}) | {"globs", *SPATIAL_OPTIONS}
+
+
+def _content_identity(path: str | os.PathLike[str]) -> Any:
+    """What makes two input files the same data: a file's size and a hash of its first and
+    last 64 KiB (links, hard links and copies alike; 128 KiB read per file); a folder (a
+    Zarr store) or a missing file, its resolved path."""
+    real = os.path.realpath(path)
+    if not os.path.isfile(real):
+        return real
+    block = 1 << 16
+    size = os.path.getsize(real)
+    with open(real, "rb") as f:
+        head = f.read(block)
+        f.seek(max(size - block, 0))
+        tail = f.read(block)
+    return (size, hashlib.blake2b(head + tail, digest_size=16).hexdigest())
 
 
 def _distinct_ks(ks: list[int]) -> list[int]:

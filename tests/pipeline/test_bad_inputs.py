@@ -1,4 +1,4 @@
-"""63 bad inputs through ``lsd-dask run``, one case each.
+"""65 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -155,6 +155,18 @@ def _int_gifti(d: Path, raw: dict[str, Any]) -> None:
 
 def _short(sid: str, hemis: str, t: int):
     return _both(*[_edit_gifti(sid, h, lambda x: x[:, :t]) for h in hemis])
+
+
+def _same_data(source: str, target: str, how: Callable[[Path, Path], Any]):
+    """``target``'s files replaced by hard links to (or copies of) ``source``'s."""
+
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        for h in "LR":
+            dest = _gifti(d, target, h)
+            dest.unlink()
+            how(_gifti(d, source, h), dest)
+
+    return make
 
 
 def _other_subject(d: Path, raw: dict[str, Any]) -> None:
@@ -320,6 +332,8 @@ CASES: dict[int, Case] = {
         _raw(lambda r: r["mesh"].update(left="rh.surf.gii", right="lh.surf.gii")),
         error=r"mesh: .*rh\.surf\.gii is given as the left hemisphere",
     ),
+    64: Case(_same_data("sub-001", "sub-004", os.link), error=r"sub-001.*sub-004.*leak"),
+    65: Case(_same_data("sub-002", "sub-005", shutil.copyfile), error=r"sub-002.*sub-005.*leak"),
 }
 
 
