@@ -335,12 +335,12 @@ _TOP_KEYS = ({f.name for f in fields(PipelineConfig)} - {"spatial"}) | {"globs",
 def _content_identity(path: str | os.PathLike[str]) -> Any:
     """What makes two input files the same data: a file's size and a hash of its first and
     last 64 KiB (links, hard links and copies alike; 128 KiB read per file); a folder (a
-    Zarr store) or a missing file, its resolved path."""
+    Zarr store), a missing or an empty file, its resolved path."""
     real = os.path.realpath(path)
-    if not os.path.isfile(real):
+    size = os.path.getsize(real) if os.path.isfile(real) else 0
+    if size == 0:  # no data to leak (an empty file fails later, when read)
         return real
     block = 1 << 16
-    size = os.path.getsize(real)
     with open(real, "rb") as f:
         head = f.read(block)
         f.seek(max(size - block, 0))
