@@ -24,7 +24,7 @@ from scipy.spatial.transform import Rotation
 from ._validation import RandomState
 from .surface import Mesh
 
-__all__ = ["find_spheres", "spin_indices", "spin_labels"]
+__all__ = ["find_spheres", "is_sphere", "radii", "spin_indices", "spin_labels"]
 
 
 def spin_indices(
@@ -128,11 +128,22 @@ def find_spheres(meshes: dict[str, Mesh], given: dict[str, str] | None = None) -
             return {"spheres": spheres, "source": "brainspace's conte69 32k sphere"}
         except (ImportError, FileNotFoundError):
             pass
-    centred = {h: meshes[h].vertices - meshes[h].vertices.mean(axis=0) for h in sizes}
-    radii = {h: np.linalg.norm(c, axis=1) for h, c in centred.items()}
-    if all(np.ptp(r) <= 0.02 * r.mean() for r in radii.values()):
+    if all(is_sphere(meshes[h].vertices) for h in sizes):
+        centred = {h: meshes[h].vertices - meshes[h].vertices.mean(axis=0) for h in sizes}
         return {"spheres": centred, "source": "the meshes (they are spheres)"}
     return {"spheres": None, "source": "none: no sphere for these meshes (set `sphere:`)"}
+
+
+def radii(vertices: np.ndarray) -> np.ndarray:
+    """Each vertex's distance from the vertices' centre."""
+    return np.asarray(np.linalg.norm(vertices - vertices.mean(axis=0), axis=1))
+
+
+def is_sphere(vertices: np.ndarray) -> bool:
+    """Whether every vertex lies within 1 % of a common radius (a spread of 2 % of the
+    mean): what the spin null can rotate without distorting the cortex."""
+    r = radii(vertices)
+    return bool(np.ptp(r) <= 0.02 * r.mean())
 
 
 def _unit(X: np.ndarray) -> np.ndarray:

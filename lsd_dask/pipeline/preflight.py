@@ -8,8 +8,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ..io.storage import Folder, is_local
 from ..io.surface_files import HEMISPHERES, load_mesh, vertex_counts
+from ..spin import is_sphere, radii
 from ..surface import Mesh
 from .atlases import load_atlases
 from .config import PipelineConfig
@@ -52,13 +55,33 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
     for key in ("sphere", "display_mesh"):
         for h, n in zip(HEMISPHERES, sizes, strict=True):
             path = (getattr(cfg, key) or {}).get(h)
-            found = None if path is None else load_mesh(path).n_vertices
-            if found is not None and found != n:
+            if path is None:
+                continue
+            surface = load_mesh(path, h)
+            if surface.n_vertices != n:
                 raise ValueError(
-                    f"{key}.{h} ({path}) has {found} vertices; the {h} mesh has {n}. It "
-                    "must match the mesh vertex for vertex."
+                    f"{key}.{h} ({path}) has {surface.n_vertices} vertices; the {h} mesh has "
+                    f"{n}. It must match the mesh vertex for vertex."
                 )
+            if key == "sphere":
+                _check_sphere(surface.vertices, f"sphere.{h} ({path})")
+    if cfg.min_region_size > max(sizes):
+        raise ValueError(
+            f"min_region_size: {cfg.min_region_size} is above the vertex count of either "
+            f"hemisphere ({max(sizes)}): every region would be dropped."
+        )
     return meshes, sizes
+
+
+def _check_sphere(vertices: np.ndarray, where: str) -> None:
+    """The spin null rotates the sphere: a surface that is not one would spin a distorted
+    cortex."""
+    if not is_sphere(vertices):
+        r = radii(vertices)
+        raise ValueError(
+            f"{where} is not a sphere: its vertices lie {r.min():.1f} to {r.max():.1f} from "
+            "their centre."
+        )
 
 
 def _check_preprocess(cfg: PipelineConfig) -> None:

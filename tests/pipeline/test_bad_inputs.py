@@ -1,4 +1,4 @@
-"""65 bad inputs through ``lsd-dask run``, one case each.
+"""67 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -169,6 +169,17 @@ def _same_data(source: str, target: str, how: Callable[[Path, Path], Any]):
     return make
 
 
+def _squashed_sphere(d: Path, raw: dict[str, Any]) -> None:
+    """The meshes are spheres; a copy flattened to half its height given as ``sphere:``."""
+    from lsd_dask.io.surface_files import load_mesh, write_surface_gifti
+    from lsd_dask.surface import Mesh
+
+    mesh = load_mesh(d / "lh.surf.gii")
+    flat = mesh.vertices * np.array([1.0, 1.0, 0.5])
+    write_surface_gifti(d / "lh.squashed.surf.gii", Mesh(flat, mesh.faces), hemisphere="left")
+    raw["sphere"] = {"left": "lh.squashed.surf.gii", "right": "rh.surf.gii"}
+
+
 def _other_subject(d: Path, raw: dict[str, Any]) -> None:
     # sub-005 from a study on another mesh
     other = d.parent / "other_copy"
@@ -334,6 +345,8 @@ CASES: dict[int, Case] = {
     ),
     64: Case(_same_data("sub-001", "sub-004", os.link), error=r"sub-001.*sub-004.*leak"),
     65: Case(_same_data("sub-002", "sub-005", shutil.copyfile), error=r"sub-002.*sub-005.*leak"),
+    66: Case(_squashed_sphere, error=r"sphere\.left .*lh\.squashed\.surf\.gii.* not a sphere"),
+    67: Case(_raw(lambda r: r.update(min_region_size=5000)), error=r"min_region_size: 5000"),
 }
 
 
