@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
 from distributed import Client, LocalCluster
 
 from ._validation import Array
@@ -155,14 +154,10 @@ def scattered_rows(X: Array, chunk: int) -> Any:
 
 def load_cluster_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check a cluster config YAML (see :func:`check_cluster_config`)."""
+    from .io.settings_yaml import read_settings
+
     p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"cluster config {p} does not exist.")
-    try:
-        cfg = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{p} is not valid YAML: {err}") from None
-    return check_cluster_config(cfg, str(p))
+    return check_cluster_config(read_settings(p, "cluster config") or {}, str(p))
 
 
 def check_cluster_config(cfg: Any, where: str = "cluster config") -> dict[str, Any]:

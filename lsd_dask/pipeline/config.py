@@ -71,9 +71,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..cluster import SPATIAL_OPTIONS
+from ..io.settings_yaml import read_settings
 from ..io.surface_files import READERS, SubjectFiles
 from . import files
 from .atlases import AtlasSpec, parse_atlases
@@ -254,12 +253,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     where = "the settings"
     if path is not None:
         p = Path(path)
-        if not p.exists():
-            raise FileNotFoundError(f"pipeline file {p} does not exist.")
-        try:
-            raw = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ValueError(f"{p} is not valid YAML: {err}") from None
+        raw = read_settings(p, "pipeline file") or {}
         if not isinstance(raw, dict):
             raise ValueError(f"{p}: a pipeline file is a mapping of settings, got {type(raw)}.")
         base = p.resolve().parent

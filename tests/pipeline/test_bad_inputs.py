@@ -1,4 +1,4 @@
-"""67 bad inputs through ``lsd-dask run``, one case each.
+"""68 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -347,6 +347,15 @@ CASES: dict[int, Case] = {
     65: Case(_same_data("sub-002", "sub-005", shutil.copyfile), error=r"sub-002.*sub-005.*leak"),
     66: Case(_squashed_sphere, error=r"sphere\.left .*lh\.squashed\.surf\.gii.* not a sphere"),
     67: Case(_raw(lambda r: r.update(min_region_size=5000)), error=r"min_region_size: 5000"),
+    68: Case(
+        lambda d, r: r.update(
+            __text__="a: &a [x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+                      for p, c in zip("abcdefgh", "bcdefghi"))  # fmt: skip
+            + "ks: *i\n"
+        ),
+        error=r"pipeline\.yaml .*line 2: aliases \(\*a\) are not allowed",
+    ),
 }
 
 
