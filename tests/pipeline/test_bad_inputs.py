@@ -351,7 +351,7 @@ CASES: dict[int, Case] = {
         lambda d, r: r.update(
             __text__="a: &a [x, x, x, x, x, x, x, x, x]\n"
             + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
-                      for p, c in zip("abcdefgh", "bcdefghi"))  # fmt: skip
+                      for p, c in zip("abcdefgh", "bcdefghi", strict=True))  # fmt: skip
             + "ks: *i\n"
         ),
         error=r"pipeline\.yaml .*line 2: aliases \(\*a\) are not allowed",
