@@ -66,7 +66,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -79,14 +78,13 @@ from .atlases import AtlasSpec, parse_atlases
 from .methods import MethodSpec, check_options, default_methods, numbers, parse_methods
 from .preprocess import PreprocessSettings
 from .svd import SvdSettings
+from .workdir import file_part
 
 __all__ = ["PipelineConfig", "SvdSettings", "load_config"]
 
 
 #: the SVD defaults as a mapping (from :class:`SvdSettings`)
 SVD_DEFAULTS: dict[str, Any] = asdict(SvdSettings())
-#: split names become file names under the work folder: letters, digits, "_" and "-" only
-_SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
 @dataclass
@@ -220,11 +218,7 @@ class PipelineConfig:
         if empty:
             raise ValueError(f"split {empty[0]!r} has no subjects; each split needs at least one.")
         for name in splits:
-            if not _SPLIT_NAME.match(str(name)):
-                raise ValueError(
-                    f"split name {name!r}: use letters, digits, '_' and '-' only (it names "
-                    "files in the work folder)."
-                )
+            file_part(name, "split")
         # one file under two ids (a link, a hard link or a copy) leaks data between the
         # splits, unless the ids take disjoint time slices of it (two halves of one run)
         owners: dict[Any, list[Any]] = {}

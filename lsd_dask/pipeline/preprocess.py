@@ -79,7 +79,16 @@ class PreprocessSettings:
         return asdict(self)
 
     def confound_path(self, subject: str) -> Path | None:
-        return None if self.confounds is None else Path(self.confounds.format(subject=subject))
+        """The subject's confounds file; an id that would lead the template out of its
+        folder (a separator, or a leading ".") is refused."""
+        if self.confounds is None:
+            return None
+        if "/" in subject or "\\" in subject or subject.startswith("."):
+            raise ValueError(
+                f"subject {subject!r}: an id with a path separator or a leading '.' cannot "
+                "name a confounds file."
+            )
+        return Path(self.confounds.format(subject=subject))
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any], where: str, base: Path) -> PreprocessSettings:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,23 @@ from .._logging import get_log
 from ..io.atomic import remove_partials
 from ..io.storage import Folder
 
-__all__ = ["WorkDir", "content_digest", "file_identity", "fingerprint"]
+__all__ = ["FILE_PART", "WorkDir", "content_digest", "file_identity", "file_part", "fingerprint"]
+
+
+#: what a name that becomes part of a file name may be: letters, digits, "_" and "-"
+FILE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def file_part(name: str, what: str) -> str:
+    """``name`` if it is safe as part of a file name (no separator, no ``..``), else a
+    one-line error: checked wherever a split or method name becomes a path, so the Python
+    API is as safe as the pipeline file."""
+    if not FILE_PART.match(str(name)):
+        raise ValueError(
+            f"{what} name {name!r}: use letters, digits, '_' and '-' only (it names files in "
+            "the work folder)."
+        )
+    return str(name)
 
 
 class WorkDir:
@@ -74,19 +91,20 @@ class WorkDir:
         return self.folder.join("mask.json")
 
     def store(self, split: str) -> str:
-        return self.folder.join(f"{split}.zarr")
+        return self.folder.join(f"{file_part(split, 'split')}.zarr")
 
     def u(self, split: str) -> str:
-        return self.folder.join(f"{split}_U.npy")
+        return self.folder.join(f"{file_part(split, 'split')}_U.npy")
 
     def s(self, split: str) -> str:
-        return self.folder.join(f"{split}_s.npy")
+        return self.folder.join(f"{file_part(split, 'split')}_s.npy")
 
     def blur(self, split: str) -> str:
-        return self.folder.join("blur", f"{split}.json")
+        return self.folder.join("blur", f"{file_part(split, 'split')}.json")
 
     def labels(self, split: str, method: str, k: int) -> str:
-        return self.folder.join("labels", f"{split}_{method}_K{k}.npy")
+        name = f"{file_part(split, 'split')}_{file_part(method, 'method')}_K{int(k)}.npy"
+        return self.folder.join("labels", name)
 
     # files ------------------------------------------------------------------
     def load_npy(self, path: str, *, mmap: bool = False) -> Any:

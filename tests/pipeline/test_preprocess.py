@@ -200,3 +200,12 @@ def test_pipeline_preprocess_errors_before_any_work(tmp_path, study, pre, messag
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         run_pipeline(cfg, log=logs.append)
     assert not any("[mask]" in line for line in logs)
+
+
+@pytest.mark.parametrize("sid", ["../../etc/passwd", "a/b", ".."])
+def test_a_subject_id_cannot_lead_the_confounds_template_out_of_its_folder(tmp_path, sid):
+    settings = _settings(confounds=str(tmp_path / "conf" / "{subject}.tsv"),
+                         confound_columns=["csf"])  # fmt: skip
+    with pytest.raises(ValueError, match="path separator or a leading"):
+        settings.confound_path(sid)
+    assert settings.confound_path("sub-01") == tmp_path / "conf" / "sub-01.tsv"

@@ -145,3 +145,15 @@ def test_label_files_of_a_dropped_k_are_removed_from_the_output(folder, tmp_path
     assert names and not [n for n in names if "desc-K3" in n]
     assert [n for n in names if "desc-K4split1_dseg" in n]
     assert any("[outputs] removed" in line and "earlier run" in line for line in logs)
+
+
+@pytest.mark.parametrize("bad", ["../escaped", "a/b", "", ".hidden", "x" * 65])
+def test_names_that_would_leave_the_work_folder_are_refused_by_the_api_too(tmp_path, bad):
+    wd = WorkDir(tmp_path / "work", lambda s: None)
+    with pytest.raises(ValueError, match="use letters, digits"):
+        wd.labels(bad, "directional", 4)
+    with pytest.raises(ValueError, match="use letters, digits"):
+        wd.labels("split1", bad, 4)
+    with pytest.raises(ValueError, match="use letters, digits"):
+        wd.store(bad)
+    assert wd.labels("split-1", "dir_merged", 4).endswith("labels/split-1_dir_merged_K4.npy")
