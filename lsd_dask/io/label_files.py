@@ -17,7 +17,7 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
-from .surface_files import HEMISPHERES
+from .surface_files import HEMISPHERES, load_image
 
 __all__ = ["LABEL_KEYS", "read_parcellation"]
 
@@ -87,7 +87,7 @@ def _read_hemisphere(path: Path) -> np.ndarray:
             # -1: no label; 0: the table's first entry, "unknown" or the medial wall
             return np.where(np.asarray(labels) > 0, labels, 0).astype(np.int64)
         if name.endswith(".label.gii"):
-            gii: Any = nib.load(str(path))
+            gii: Any = load_image(path)
             labels = np.asarray(gii.darrays[0].data).astype(np.int64).ravel()
             return np.where(labels > 0, labels, 0)
     except Exception as err:  # nibabel raises many kinds on a damaged file

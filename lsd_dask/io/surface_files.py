@@ -25,6 +25,7 @@ from .atomic import atomic_path
 __all__ = [
     "HEMISPHERES",
     "SubjectFiles",
+    "load_image",
     "load_subject",
     "subject_t_r",
     "vertex_counts",
@@ -48,9 +49,28 @@ HEMISPHERES = ("left", "right")
 _CIFTI_NAMES = {"left": "CIFTI_STRUCTURE_CORTEX_LEFT", "right": "CIFTI_STRUCTURE_CORTEX_RIGHT"}
 
 
-#: fewer time points per subject (after ``time_slice``) than this is refused: a correlation
-#: of a handful of samples is noise
-MIN_TIMEPOINTS = 10
+#: set to "allow" to read GIFTI files whose data sit in external files
+ALLOW_EXTERNAL_ENV = "LSD_DASK_GIFTI_EXTERNAL"
+
+
+def load_image(path: str | os.PathLike[str]) -> Any:
+    """``nib.load``, except that a GIFTI whose data arrays name an external file
+    (``ExternalFileBinary``: nibabel would read whatever file it names, anywhere on the
+    machine) is refused unless ``LSD_DASK_GIFTI_EXTERNAL=allow``. The file is read once."""
+    p = Path(path)
+    if not p.name.lower().endswith(".gii"):
+        return nib.load(str(p))
+    data = p.read_bytes()
+    if b"ExternalFileBinary" in data:
+        if os.environ.get(ALLOW_EXTERNAL_ENV) != "allow":
+            raise ValueError(
+                f"{p} keeps its data in an external file (ExternalFileBinary); refused, as it "
+                f"could name any file. Convert it (wb_command -gifti-convert BASE64_BINARY) "
+                f"or set {ALLOW_EXTERNAL_ENV}=allow."
+            )
+        return nib.load(str(p))
+    return nib.GiftiImage.from_bytes(data)
+
 
 @dataclass(frozen=True)
 class SubjectFiles:
@@ -110,11 +130,6 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
                 f"{x.shape[1]} time points."
             )
         x = x[:, a:b]
-    if x.shape[1] < MIN_TIMEPOINTS:
-        raise ValueError(
-            f"subject {files.subject}: {x.shape[1]} time point(s); at least {MIN_TIMEPOINTS} "
-            "are needed for its correlations to mean anything."
-        )
     return x, sizes
 
 
@@ -137,7 +152,7 @@ def subject_t_r(files: SubjectFiles) -> float | None:
 def read_hemisphere(path: Path) -> np.ndarray:
     """One hemisphere's time series from ``.func.gii`` or ``.mgh``/``.mgz``: (n, T) float32."""
     name = path.name.lower()
-    img = nib.load(str(path))
+    img = load_image(path)
     if name.endswith(".gii"):
         arrays = [np.asarray(d.data) for d in img.darrays]
         if len(arrays) == 1 and arrays[0].ndim == 2:
@@ -194,7 +209,7 @@ def load_mesh(path: str | os.PathLike[str], hemi: str | None = None) -> Mesh:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"surface {p} does not exist.")
-    img = nib.load(str(p))
+    img = load_image(p)
     if hemi is not None:
         check_structure(img, hemi, p, "mesh: ")
     pts = img.get_arrays_from_intent("NIFTI_INTENT_POINTSET")
@@ -484,7 +499,7 @@ def _cifti_t_r(files: SubjectFiles) -> float | None:
 def _hemisphere_counts(files: SubjectFiles) -> list[int]:
     counts = []
     for hemi, p in zip(HEMISPHERES, files.paths, strict=True):
-        img = nib.load(str(p))
+        img = load_image(p)
         if str(p).lower().endswith(".gii"):
             check_structure(img, hemi, p, f"subject {files.subject}: ")
             counts.append(int(img.darrays[0].data.shape[0]))
@@ -518,7 +533,7 @@ def _load_hemispheres(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
 
 
 def _gifti_t_r(files: SubjectFiles) -> float | None:
-    img = nib.load(str(files.paths[0]))
+    img = load_image(files.paths[0])
     step = img.darrays[0].meta.get("TimeStep") if img.darrays else None
     try:
         ms = float(step) if step is not None else 0.0

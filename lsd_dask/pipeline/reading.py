@@ -14,7 +14,11 @@ from ..io.zarr_store import SplitWriter
 from .config import PipelineConfig
 from .preprocess import preprocess_subject
 
-__all__ = ["check_flat", "read_subject"]
+__all__ = ["MIN_TIMEPOINTS", "check_flat", "read_subject"]
+
+#: fewer time points per subject (after ``time_slice``) than this is refused: a correlation
+#: of a handful of samples is noise
+MIN_TIMEPOINTS = 10
 
 
 def read_subject(
@@ -40,6 +44,11 @@ def read_subject(
         ) from None
     if hs != sizes:
         raise ValueError(f"subject {s.subject}: {hs} vertices per hemisphere, meshes {sizes}.")
+    if x.shape[1] < MIN_TIMEPOINTS:
+        raise ValueError(
+            f"subject {s.subject}: {x.shape[1]} time point(s); at least {MIN_TIMEPOINTS} are "
+            "needed for its correlations to mean anything."
+        )
     finite = np.isfinite(x)
     nonfinite = ~finite.all(axis=1)
     if nonfinite.any() and cfg.nonfinite == "error":

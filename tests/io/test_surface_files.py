@@ -138,3 +138,26 @@ def test_a_new_format_is_one_reader(tmp_path, monkeypatch, data):
     assert files.kind == "npy" and files.paths == (tmp_path / "s1.npy",)
     y, s = load_subject(files)
     np.testing.assert_array_equal(y, x)
+
+
+def test_a_gifti_with_external_data_is_read_only_when_allowed(tmp_path, monkeypatch):
+    import re
+
+    import nibabel as nib
+
+    from lsd_dask.io.surface_files import ALLOW_EXTERNAL_ENV, load_image
+
+    values = np.arange(6, dtype=np.float32).reshape(3, 2)
+    (tmp_path / "ext.bin").write_bytes(values.tobytes())
+    array = nib.gifti.GiftiDataArray(values, datatype="NIFTI_TYPE_FLOAT32")
+    text = nib.gifti.GiftiImage(darrays=[array]).to_xml().decode()
+    text = re.sub(r'Encoding="[A-Za-z0-9]+"', 'Encoding="ExternalFileBinary"', text)
+    text = re.sub(r'ExternalFileName="[^"]*"', f'ExternalFileName="{tmp_path / "ext.bin"}"', text)
+    text = re.sub(r"<Data>[^<]*</Data>", "<Data></Data>", text)
+    path = tmp_path / "x.func.gii"
+    path.write_text(text)
+    monkeypatch.delenv(ALLOW_EXTERNAL_ENV, raising=False)
+    with pytest.raises(ValueError, match=r"x\.func\.gii keeps its data in an external file"):
+        load_image(path)
+    monkeypatch.setenv(ALLOW_EXTERNAL_ENV, "allow")
+    np.testing.assert_array_equal(load_image(path).darrays[0].data, values)

@@ -1,4 +1,4 @@
-"""68 bad inputs through ``lsd-dask run``, one case each.
+"""69 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -180,6 +180,20 @@ def _squashed_sphere(d: Path, raw: dict[str, Any]) -> None:
     raw["sphere"] = {"left": "lh.squashed.surf.gii", "right": "rh.surf.gii"}
 
 
+def _external_gifti(name: str):
+    """The file's data arrays pointed at another file on the machine (GIFTI's
+    ``ExternalFileBinary``), their own data dropped."""
+
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        text = (d / name).read_text()
+        text = re.sub(r'Encoding="[A-Za-z0-9]+"', 'Encoding="ExternalFileBinary"', text)
+        text = re.sub(r'ExternalFileName="[^"]*"', 'ExternalFileName="/etc/hostname"', text)
+        text = re.sub(r"<Data>[^<]*</Data>", "<Data></Data>", text)
+        (d / name).write_text(text)
+
+    return make
+
+
 def _other_subject(d: Path, raw: dict[str, Any]) -> None:
     # sub-005 from a study on another mesh
     other = d.parent / "other_copy"
@@ -356,6 +370,7 @@ CASES: dict[int, Case] = {
         ),
         error=r"pipeline\.yaml .*line 2: aliases \(\*a\) are not allowed",
     ),
+    69: Case(_external_gifti("sub-002.L.func.gii"), error=r"sub-002\.L\.func\.gii .*external file"),
 }
 
 
