@@ -244,7 +244,11 @@ def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
     if kind == "local":
         # loopback unless configured otherwise: the dashboard shows the data's shapes and
         # task names to whoever can reach it
-        section = {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:8787", **section}
+        defaults = {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:8787"}
+        if section.get("processes") is False:
+            # threads in this process talk over inproc://, which takes no host
+            defaults.pop("host")
+        section = {**defaults, **section}
         cluster = LocalCluster(**_underscored(section))
     elif kind in ("slurm", "pbs"):
         try:

@@ -128,6 +128,17 @@ def test_local_config_starts_and_closes_cluster():
     assert cluster.status.name in ("closed", "closing")
 
 
+def test_a_local_cluster_of_threads_starts(tmp_path):
+    """``processes: false`` (workers as threads of this process) starts: no loopback host
+    is forced on its inproc:// transport."""
+    path = tmp_path / "threads.yaml"
+    path.write_text("type: local\nlocal:\n  n_workers: 1\n  threads_per_worker: 2\n"
+                    "  processes: false\n  dashboard_address: null\n")  # fmt: skip
+    with connect(load_cluster_config(path), log=None) as client:
+        assert client.scheduler.address.startswith("inproc://")
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+
+
 def test_scattered_rows_keep_the_data_out_of_the_graph(proc_cluster):
     """Features sent to the workers once: the graph holds futures, not the array (with
     ``from_array`` every task graph that reads them carries all of X)."""
