@@ -29,6 +29,7 @@ USER_ERRORS = (
     ImportError,
     MemoryError,
     FolderBusyError,
+    OSError,  # a full disk, a lost connection: the message names the path or the peer
 )
 
 
@@ -63,6 +64,14 @@ def main(debug: bool, quiet: bool) -> None:
     """Cortical parcellation from resting-state fMRI on Dask."""
     # the library's lines are `logging` records under "lsd_dask": the CLI sets their level
     logging.getLogger("lsd_dask").setLevel(logging.WARNING if quiet else logging.INFO)
+    if not debug:
+        # a task that fails on a worker thread of this process would print its traceback
+        # here; the error itself ends the run as one line (--debug shows both)
+        logging.getLogger("distributed.worker").addFilter(_drop_compute_failed)
+
+
+def _drop_compute_failed(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Compute Failed")
 
 
 @main.command()

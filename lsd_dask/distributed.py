@@ -277,12 +277,22 @@ def _remote(address: str, timeout: float, security: dict[str, Any] | None) -> Cl
         if address.startswith("tcp://"):
             address = "tls://" + address[len("tcp://") :]
     try:
-        return Client(address, timeout=timeout, security=sec)
+        client = Client(address, timeout=timeout, security=sec)
     except (OSError, TimeoutError) as err:
         raise ConnectionError(
             f"could not reach a Dask scheduler at {address} within {timeout:g} s ({err}); "
             "check the address and that the scheduler is running."
         ) from err
+    try:
+        # a scheduler without workers would take the run's tasks and never run them
+        client.wait_for_workers(1, timeout=timeout)
+    except (OSError, TimeoutError) as err:
+        client.close()
+        raise ConnectionError(
+            f"the Dask scheduler at {address} has no workers after {timeout:g} s; start "
+            f"some (dask worker {address}) or point at a scheduler that has them."
+        ) from err
+    return client
 
 
 def _underscored(d: dict[str, Any]) -> dict[str, Any]:

@@ -104,6 +104,17 @@ def test_unreachable_scheduler_clear_error():
     assert time.time() - t0 < 15
 
 
+def test_a_scheduler_without_workers_fails_in_one_line(tmp_path):
+    from lsd_dask.testing.processes import ProcessCluster
+
+    empty = ProcessCluster(tmp_path, n_workers=0)
+    try:
+        with pytest.raises(ConnectionError, match=r"has no workers after 2 s; start some"):
+            connect(empty.address, timeout=2, log=None)
+    finally:
+        empty.close()
+
+
 def test_cluster_configs_parse():
     root = Path(__file__).resolve().parents[1] / "cluster_configs"
     for name, kind in [

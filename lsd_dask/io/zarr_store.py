@@ -188,20 +188,29 @@ class SplitWriter:
             )
         t = int(x.shape[1])
         rows = self.vertex_chunk or vertex_chunk_for(self.n_rows, t)
-        group = _open_group(self.path, self.storage_options, mode="a")
-        arr = group.create_array(
-            f"{_SUBJECT}/{index}",
-            shape=x.shape,
-            chunks=(rows, max(t, 1)),
-            dtype="float32",
-            compressors=_compressors(self.compressor),
-            fill_value=0.0,
-            overwrite=True,
-            # every chunk is stored, even all-zero ones, so that a missing chunk always
-            # means a store the reader cannot see, never data (see verify_split)
-            config={"write_empty_chunks": True},
-        )
-        arr[:] = x.astype(np.float32, copy=False)
+        try:
+            group = _open_group(self.path, self.storage_options, mode="a")
+            arr = group.create_array(
+                f"{_SUBJECT}/{index}",
+                shape=x.shape,
+                chunks=(rows, max(t, 1)),
+                dtype="float32",
+                compressors=_compressors(self.compressor),
+                fill_value=0.0,
+                overwrite=True,
+                # every chunk is stored, even all-zero ones, so that a missing chunk always
+                # means a store the reader cannot see, never data (see verify_split)
+                config={"write_empty_chunks": True},
+            )
+            arr[:] = x.astype(np.float32, copy=False)
+        except OSError as err:  # a full disk says nothing of where: say it
+            need = x.shape[0] * t * 4
+            raise OSError(
+                err.errno,
+                f"{err.strerror or err} writing subject {subject!r} ({need / 2**20:.0f} MiB "
+                "uncompressed)",
+                f"{self.path}/{_SUBJECT}/{index}",
+            ) from err
         return t
 
     def finish(

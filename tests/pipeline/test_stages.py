@@ -196,3 +196,31 @@ def test_two_runs_into_one_folder_the_second_fails_at_once_and_the_first_is_unha
     assert list(got) == list(want) and got
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_a_write_the_disk_refuses_ends_the_run_in_one_line_naming_the_file(
+    tmp_path, write_tiny_study
+):
+    """Files capped at 64 KiB (RLIMIT_FSIZE: the kernel refuses the write as a full disk
+    would): the run fails with one Error line naming the file it could not write."""
+    import resource
+
+    study = tmp_path / "study"
+    write_tiny_study(study, random_state=3)
+    cluster = tmp_path / "threads.yaml"
+    cluster.write_text("type: local\nlocal:\n  n_workers: 1\n  threads_per_worker: 2\n"
+                       "  processes: false\n  dashboard_address: null\n")  # fmt: skip
+
+    def cap() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+    res = subprocess.run(
+        _cli("run", str(study / "pipeline.yaml"), "--out", str(tmp_path / "out"),
+             "--cluster", str(cluster), "--k", "4"),
+        capture_output=True, text=True, timeout=300, preexec_fn=cap,
+    )  # fmt: skip
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.returncode != 0
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "File too large" in errors[0] and str(tmp_path / "out") in errors[0], errors[0]
