@@ -34,7 +34,7 @@ from .config import PipelineConfig
 from .preprocess import subject_t_r_of
 from .reading import check_flat, read_subject
 from .stages import RunContext, Unit
-from .workdir import WorkDir, file_identity, fingerprint
+from .workdir import WorkDir, content_digest, file_identity, fingerprint
 
 __all__ = ["IngestStage", "check_kept"]
 
@@ -60,7 +60,7 @@ class IngestStage:
             *(
                 Unit(
                     f"ingest/{split}",
-                    _ingest_key(cfg, fingerprint(mask_key), [by_id[i] for i in ids]),
+                    _ingest_key(cfg, fingerprint(mask_key), [by_id[i] for i in ids], ctx.meshes),
                     [wd.store(split)],
                     label=split,
                     item=split,
@@ -177,12 +177,18 @@ def _mask_key(cfg: PipelineConfig, sizes: list[int]) -> dict[str, Any]:
     }
 
 
-def _ingest_key(cfg: PipelineConfig, mask_fingerprint: str, subjects: list[Any]) -> dict[str, Any]:
+def _ingest_key(
+    cfg: PipelineConfig, mask_fingerprint: str, subjects: list[Any], meshes: dict[str, Any]
+) -> dict[str, Any]:
     pp = cfg.preprocess
     ids = [s.subject for s in subjects]
     key: dict[str, Any] = {"mask": mask_fingerprint, "subjects": ids, "layout": 2}
     if pp.active:  # absent when off, so stores written before this option stay current
         key["preprocess"] = pp.to_dict()
+        if pp.smoothing_mm > 0:  # the blur follows the mesh: another mesh, other data
+            key["mesh"] = [
+                content_digest(m.vertices) + content_digest(m.faces) for m in meshes.values()
+            ]
         if pp.confounds is not None:
             key["confound_files"] = [file_identity(pp.confound_path(i)) for i in ids]
         if pp.band_pass:

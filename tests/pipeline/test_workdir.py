@@ -157,3 +157,25 @@ def test_names_that_would_leave_the_work_folder_are_refused_by_the_api_too(tmp_p
     with pytest.raises(ValueError, match="use letters, digits"):
         wd.store(bad)
     assert wd.labels("split-1", "dir_merged", 4).endswith("labels/split-1_dir_merged_K4.npy")
+
+
+def test_a_replaced_mesh_recomputes_the_mesh_smoothed_ingest(folder, tmp_path):
+    """Smoothing at ingest follows the mesh: a mesh of the same vertex count with other
+    geometry re-ingests, and the labels equal a fresh run's."""
+    import shutil
+
+    from lsd_dask.io.surface_files import load_mesh, write_surface_gifti
+    from lsd_dask.surface import Mesh
+
+    study = tmp_path / "study"
+    shutil.copytree(folder, study)
+    out = tmp_path / "run"
+    smooth = {"preprocess": {"smoothing_mm": 8.0}}
+    _run(study, out, **smooth)
+    mesh = load_mesh(study / "lh.surf.gii")
+    write_surface_gifti(study / "lh.surf.gii", Mesh(mesh.vertices * 1.6, mesh.faces),
+                        hemisphere="left")  # fmt: skip
+    report, labels, logs = _run(study, out, **smooth)
+    assert "ingest" in _recomputed(logs)
+    assert any("changed: mesh" in line for line in logs), logs
+    _same_as_fresh(study, tmp_path, labels, report, **smooth)
