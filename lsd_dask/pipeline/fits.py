@@ -208,7 +208,7 @@ def _fit_as_tasks(
 
 def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) -> None:
     wd.save_npy(j.path, out["labels"])
-    wd.record(j.stage, j.key)
+    wd.record(j.stage, j.key, [j.path])
     iters = f", {out['n_iter']} iterations" if out["n_iter"] is not None else ""
     parcels = f", {out['n_parcels']} contiguous parcels" if out["n_parcels"] else ""
     where = f" ({out['where']})" if out["where"] != "client" else ""

@@ -217,7 +217,7 @@ def run_stage(stage: Stage, ctx: RunContext) -> dict[str, Any]:
             todo.append(u)
     if todo:
         for u, value in stage.compute(ctx, todo):
-            ctx.wd.record(u.name, u.key)
+            ctx.wd.record(u.name, u.key, u.outputs)
             results[u.name] = value
     missing = [u.name for u in units if u.name not in results]
     if missing:

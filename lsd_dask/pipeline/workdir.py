@@ -132,9 +132,19 @@ class WorkDir:
         stamp = self._read_stamp(name)
         present = [p for p in outputs if self.folder.exists(p)]
         if stamp is not None and stamp["fingerprint"] == fingerprint(key):
-            if len(present) == len(outputs):
+            changed = [
+                p
+                for p in present
+                if _rel(self.root, p) in stamp.get("outputs", {})
+                and stamp["outputs"][_rel(self.root, p)] != self._digest(p)
+            ]
+            if len(present) == len(outputs) and not changed:
                 return True
-            reason = "an output is missing"
+            reason = (
+                f"{_rel(self.root, changed[0])} changed since it was written"
+                if changed
+                else "an output is missing"
+            )
         elif stamp is not None:
             reason = "changed: " + "; ".join(_differences(stamp.get("key", {}), key))
         elif present:
@@ -148,12 +158,27 @@ class WorkDir:
         self.folder.remove(self._stamp_path(name))
         return False
 
-    def record(self, name: str, key: dict[str, Any]) -> str:
-        """Stamp ``name`` as produced from ``key`` (after its outputs are in place)."""
+    def record(self, name: str, key: dict[str, Any], outputs: Iterable[str] = ()) -> str:
+        """Stamp ``name`` as produced from ``key`` (after its outputs are in place), with a
+        digest of each output file's content: an output edited, truncated or replaced
+        later is recomputed, not reused (folders, the Zarr stores, are verified on their
+        own: :func:`lsd_dask.io.verify_split`)."""
         fp = fingerprint(key)
-        stamp = {"name": name, "fingerprint": fp, "key": key}
+        digests = {_rel(self.root, p): d for p in outputs if (d := self._digest(p)) is not None}
+        stamp = {"name": name, "fingerprint": fp, "key": key, "outputs": digests}
         self.write_text(self._stamp_path(name), json.dumps(stamp, default=str))
         return fp
+
+    def _digest(self, path: str) -> str | None:
+        """A file's content digest (blake2b, read in 16 MiB blocks); None for a folder."""
+        fs = self.folder.fs
+        if not fs.isfile(path):
+            return None
+        h = hashlib.blake2b(digest_size=16)
+        with fs.open(path, "rb") as f:
+            while block := f.read(1 << 24):
+                h.update(block)
+        return h.hexdigest()
 
     def fingerprints(self) -> dict[str, str]:
         """Every recorded stage and its fingerprint (for the report)."""
@@ -199,6 +224,11 @@ def fingerprint(key: dict[str, Any]) -> str:
     """A stable hash of a JSON-able key (sorted keys; non-JSON values by ``str``)."""
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _rel(root: str, path: str) -> str:
+    """An output's path relative to the work folder (stamps stay valid if it moves)."""
+    return path[len(root) :].lstrip("/") if path.startswith(root) else path
 
 
 def content_digest(a: Any) -> str:

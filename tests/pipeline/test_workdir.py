@@ -179,3 +179,19 @@ def test_a_replaced_mesh_recomputes_the_mesh_smoothed_ingest(folder, tmp_path):
     assert "ingest" in _recomputed(logs)
     assert any("changed: mesh" in line for line in logs), logs
     _same_as_fresh(study, tmp_path, labels, report, **smooth)
+
+
+def test_an_edited_output_is_recomputed_not_reused(folder, tmp_path):
+    """Each stamp records its output files' digests: labels edited in the work folder
+    (with their stamp untouched) are fitted again, and say why."""
+    out = tmp_path / "run"
+    _run(folder, out)
+    path = out / "work" / "labels" / "split1_directional_K4.npy"
+    edited = np.load(path)
+    edited[edited > 0] = edited[edited > 0] % edited.max() + 1  # every parcel renamed
+    np.save(path, edited)
+    report, labels, logs = _run(folder, out)
+    assert _recomputed(logs) == {"cluster"}
+    assert any("labels/split1_directional_K4.npy changed since it was written" in line
+               for line in logs), logs  # fmt: skip
+    _same_as_fresh(folder, tmp_path, labels, report)
