@@ -49,6 +49,7 @@ __all__ = [
     "build_split",
     "write_split",
     "open_split",
+    "store_problem",
     "verify_split",
     "vertex_chunk_for",
 ]
@@ -401,7 +402,8 @@ def verify_split(
 
     Zarr reads a missing chunk as the fill value, so a reader that sees only part of the
     store (a worker on another node, without the shared folder) would get zeros without an
-    error. Run this where the data will be read (for example as a task on the workers).
+    error. Run this where the data will be read (for example as a task on the workers),
+    after :func:`store_problem` found the store whole where it was written.
     """
     p = os.fspath(path)
     where = f"{p} (as seen from {platform.node()})"
@@ -410,23 +412,38 @@ def verify_split(
             f"split store {where} does not exist: the work folder must be shared with the "
             "Dask workers."
         )
+    problem, chunks = _inspect(p, storage_options)
+    if problem is not None:
+        raise ValueError(
+            f"split store {where} {problem}: the work folder must be shared with the Dask "
+            "workers, completely."
+        )
+    return chunks
+
+
+def store_problem(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> str | None:
+    """What is wrong with a split store as this process sees it ("lacks its completion
+    mark", "has 3 of its 4 chunks", "cannot be opened (...)"), or None when it is whole."""
+    return _inspect(os.fspath(path), storage_options)[0]
+
+
+def _inspect(p: str, storage_options: dict[str, Any] | None) -> tuple[str | None, int]:
     try:
         group = _open_group(p, storage_options)
         complete = bool(group.attrs.get("complete"))
         n_subjects = len(group.attrs.get("subjects") or [])
         arrays = [group[f"{_SUBJECT}/{j}"] for j in range(n_subjects)]
     except (KeyError, FileNotFoundError, ValueError) as err:
-        raise ValueError(f"split store {where} cannot be opened ({err}); rewrite it.") from None
+        return f"cannot be opened ({type(err).__name__}: {err})", 0
     if not complete:
-        raise ValueError(f"split store {where} lacks its completion mark; rewrite it.")
+        return "lacks its completion mark", 0
     found = sum(int(a.nchunks_initialized) for a in arrays)
     expected = sum(int(a.nchunks) for a in arrays)
     if found != expected:
-        raise ValueError(
-            f"split store {where} has {found} of its {expected} chunks: the work folder must "
-            "be shared with the Dask workers, completely."
-        )
-    return expected
+        return f"has {found} of its {expected} chunks", expected
+    return None, expected
 
 
 def _read_rows(attrs: dict[str, Any]) -> np.ndarray | None:

@@ -138,13 +138,15 @@ class WorkDir:
                 if _rel(self.root, p) in stamp.get("outputs", {})
                 and stamp["outputs"][_rel(self.root, p)] != self._digest(p)
             ]
-            if len(present) == len(outputs) and not changed:
+            damaged = [(p, why) for p in present if (why := self._store_damage(p))]
+            if len(present) == len(outputs) and not changed and not damaged:
                 return True
-            reason = (
-                f"{_rel(self.root, changed[0])} changed since it was written"
-                if changed
-                else "an output is missing"
-            )
+            if changed:
+                reason = f"{_rel(self.root, changed[0])} changed since it was written"
+            elif damaged:
+                reason = f"{_rel(self.root, damaged[0][0])} is damaged: {damaged[0][1]}"
+            else:
+                reason = "an output is missing"
         elif stamp is not None:
             reason = "changed: " + "; ".join(_differences(stamp.get("key", {}), key))
         elif present:
@@ -168,6 +170,15 @@ class WorkDir:
         stamp = {"name": name, "fingerprint": fp, "key": key, "outputs": digests}
         self.write_text(self._stamp_path(name), json.dumps(stamp, default=str))
         return fp
+
+    def _store_damage(self, path: str) -> str | None:
+        """What is wrong with a split store as this process sees it, or None; other
+        outputs are checked by their digests."""
+        if not path.endswith(".zarr"):
+            return None
+        from ..io.zarr_store import store_problem
+
+        return store_problem(path, storage_options=self.folder.storage_options)
 
     def _digest(self, path: str) -> str | None:
         """A file's content digest (blake2b, read in 16 MiB blocks); None for a folder."""

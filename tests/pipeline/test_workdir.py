@@ -195,3 +195,24 @@ def test_an_edited_output_is_recomputed_not_reused(folder, tmp_path):
     assert any("labels/split1_directional_K4.npy changed since it was written" in line
                for line in logs), logs  # fmt: skip
     _same_as_fresh(folder, tmp_path, labels, report)
+
+
+@pytest.mark.parametrize("damage", ["chunk", "mark", "array"])
+def test_a_damaged_split_store_is_rebuilt_by_the_next_run(folder, tmp_path, damage):
+    """A chunk deleted, the completion mark removed or a subject's array metadata gone:
+    the next run says so and ingests that split again, with the labels of a fresh run."""
+    out = tmp_path / "run"
+    _run(folder, out)
+    store = out / "work" / "split1.zarr"
+    if damage == "chunk":
+        next(f for f in sorted((store / "subject" / "1" / "c").rglob("*")) if f.is_file()).unlink()
+    elif damage == "mark":
+        meta = json.loads((store / "zarr.json").read_text())
+        meta["attributes"].pop("complete")
+        (store / "zarr.json").write_text(json.dumps(meta))
+    else:
+        (store / "subject" / "0" / "zarr.json").unlink()
+    report, labels, logs = _run(folder, out)
+    assert any("ingest/split1: recomputing (split1.zarr" in line for line in logs), logs
+    assert "ingest" in _recomputed(logs)
+    _same_as_fresh(folder, tmp_path, labels, report)
