@@ -82,7 +82,12 @@ class SplitStore:
         """The data as a column-block reader: the fastest input of
         :func:`lsd_dask.linalg.randomized_svd`, whose tasks then read it themselves."""
         group = _open_group(self.path, self.storage_options)
-        return ColumnBlocks(tuple(self.arrays), _read_rows(dict(group.attrs)))
+        return ColumnBlocks(
+            tuple(self.arrays),
+            _read_rows(dict(group.attrs)),
+            path=self.path,
+            storage_options=self.storage_options,
+        )
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,9 @@ class ColumnBlocks:
     rows: np.ndarray | None = None
     #: the columns read of each array, ``(start, stop)``; None reads all of each
     spans: tuple[tuple[int, int], ...] | None = None
+    #: the store, marked damaged when a chunk fails its checksum (so the next run rebuilds)
+    path: str | None = None
+    storage_options: dict[str, Any] | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -146,10 +154,20 @@ class ColumnBlocks:
             if lo < hi:
                 dst = nd.from_numpy_array(out[:, lo - start : hi - start])
                 cols = slice(s0 + lo - c0, s0 + hi - c0)
-                if self.rows is None:
-                    a.get_basic_selection((slice(None), cols), out=dst)
-                else:  # zarr copies the kept rows out of each decoded chunk
-                    a.get_orthogonal_selection((self.rows, cols), out=dst)
+                try:
+                    if self.rows is None:
+                        a.get_basic_selection((slice(None), cols), out=dst)
+                    else:  # zarr copies the kept rows out of each decoded chunk
+                        a.get_orthogonal_selection((self.rows, cols), out=dst)
+                except ValueError as err:
+                    if "checksum" not in str(err) or self.path is None:
+                        raise
+                    where = f"split store {self.path}, array {a.path}"
+                    _mark_damaged(self.path, self.storage_options, f"{a.path}: {err}")
+                    raise ValueError(
+                        f"{where}: a chunk fails its checksum (damaged since it was written); "
+                        "the next run ingests this split again."
+                    ) from None
             c0 = c1
         return out
 
@@ -437,6 +455,8 @@ def _inspect(p: str, storage_options: dict[str, Any] | None) -> tuple[str | None
         arrays = [group[f"{_SUBJECT}/{j}"] for j in range(n_subjects)]
     except (KeyError, FileNotFoundError, ValueError) as err:
         return f"cannot be opened ({type(err).__name__}: {err})", 0
+    if group.attrs.get("damaged"):
+        return f"failed a checksum ({group.attrs['damaged']})", 0
     if not complete:
         return "lacks its completion mark", 0
     found = sum(int(a.nchunks_initialized) for a in arrays)
@@ -500,12 +520,24 @@ def _writing(final: str, folder: Folder) -> Iterator[str]:
 
 
 def _compressors(name: str | None) -> Any:
-    if name is None:
-        return None
-    from zarr.codecs import BloscCodec, ZstdCodec
+    """The chunk codecs: the compressor, then a CRC-32C of every stored chunk (a flipped
+    bit on disk is found where it is read, not used)."""
+    from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 
+    if name is None:
+        return [Crc32cCodec()]
     if name == "lz4":
-        return BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
+        return [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"), Crc32cCodec()]
     if name == "zstd":
-        return ZstdCodec()
+        return [ZstdCodec(), Crc32cCodec()]
     raise ValueError(f"compressor must be None, 'lz4' or 'zstd', got {name!r}.")
+
+
+def _mark_damaged(path: str, storage_options: dict[str, Any] | None, why: str) -> None:
+    """Record in the store that a chunk failed its checksum: it is then incomplete to
+    :func:`store_problem`, and the next run rebuilds it."""
+    try:
+        group = _open_group(path, storage_options, mode="a")
+        group.attrs.update({"complete": False, "damaged": why})
+    except OSError:  # a read-only view of the store: the error still ends the run
+        pass

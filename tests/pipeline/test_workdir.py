@@ -216,3 +216,24 @@ def test_a_damaged_split_store_is_rebuilt_by_the_next_run(folder, tmp_path, dama
     assert any("ingest/split1: recomputing (split1.zarr" in line for line in logs), logs
     assert "ingest" in _recomputed(logs)
     _same_as_fresh(folder, tmp_path, labels, report)
+
+
+def test_a_chunk_damaged_on_disk_fails_its_checksum_and_the_next_run_rebuilds(folder, tmp_path):
+    """One bit of a stored chunk flipped (the values stay finite, the file's size and the
+    store's structure unchanged): the SVD's read finds it by the chunk's CRC-32C, the run
+    stops naming the store, and the next run ingests that split again."""
+    out = tmp_path / "run"
+    _run(folder, out)
+    store = out / "work" / "split1.zarr"
+    chunk = next(f for f in sorted((store / "subject" / "0" / "c").rglob("*")) if f.is_file())
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    (out / "work" / "split1_U.npy").unlink()  # the SVD must read the store again
+    failed = r"split1\.zarr, array subject/0: a chunk fails its checksum"
+    with pytest.raises(ValueError, match=failed):
+        _run(folder, out)
+    report, labels, logs = _run(folder, out)
+    assert any("split1.zarr is damaged: failed a checksum" in line for line in logs), logs
+    assert "ingest" in _recomputed(logs)
+    _same_as_fresh(folder, tmp_path, labels, report)
