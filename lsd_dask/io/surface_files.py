@@ -203,15 +203,18 @@ def write_zarr_subject(
     return p
 
 
-def load_mesh(path: str | os.PathLike[str], hemi: str | None = None) -> Mesh:
+def load_mesh(
+    path: str | os.PathLike[str], hemi: str | None = None, what: str = "mesh"
+) -> Mesh:
     """A GIFTI surface (``.surf.gii``): vertices and triangles. ``hemi``: the hemisphere it
-    is given as, checked against the file's own ``AnatomicalStructurePrimary``."""
+    is given as, checked against the file's own ``AnatomicalStructurePrimary`` (``what``
+    names the setting in the error)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"surface {p} does not exist.")
     img = load_image(p)
     if hemi is not None:
-        check_structure(img, hemi, p, "mesh: ")
+        check_structure(img, hemi, p, f"{what}.{hemi}: ")
     pts = img.get_arrays_from_intent("NIFTI_INTENT_POINTSET")
     tri = img.get_arrays_from_intent("NIFTI_INTENT_TRIANGLE")
     if not pts or not tri:

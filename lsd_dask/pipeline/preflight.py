@@ -57,7 +57,7 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
             path = (getattr(cfg, key) or {}).get(h)
             if path is None:
                 continue
-            surface = load_mesh(path, h)
+            surface = load_mesh(path, h, key)
             if surface.n_vertices != n:
                 raise ValueError(
                     f"{key}.{h} ({path}) has {surface.n_vertices} vertices; the {h} mesh has "

@@ -355,7 +355,7 @@ CASES: dict[int, Case] = {
     ),
     63: Case(
         _raw(lambda r: r["mesh"].update(left="rh.surf.gii", right="lh.surf.gii")),
-        error=r"mesh: .*rh\.surf\.gii is given as the left hemisphere",
+        error=r"mesh\.left: .*rh\.surf\.gii is given as the left hemisphere",
     ),
     64: Case(_same_data("sub-001", "sub-004", os.link), error=r"sub-001.*sub-004.*leak"),
     65: Case(_same_data("sub-002", "sub-005", shutil.copyfile), error=r"sub-002.*sub-005.*leak"),

@@ -259,6 +259,15 @@ def test_figures_use_a_given_inflated_surface(tmp_path, study):
     assert shading["left"].shape == (study.meshes["left"].n_vertices,)
     bad = {"left": "rh.inflated.gii", "right": "rh.inflated.gii"}
     cfg = load_config(folder / "pipeline.yaml", output=str(folder / "out"), display_mesh=bad)
+    with pytest.raises(ValueError, match=r"display_mesh.left: .*rh.inflated.gii is given as the "
+                       "left hemisphere"):  # fmt: skip
+        preflight(cfg)
+    # the right hemisphere's vertex count under the left's name, without its own label
+    right = nib.load(str(folder / "rh.inflated.gii"))
+    right.meta = nib.gifti.GiftiMetaData({})
+    nib.save(right, str(folder / "unlabelled.gii"))
+    bad = {"left": "unlabelled.gii", "right": "rh.inflated.gii"}
+    cfg = load_config(folder / "pipeline.yaml", output=str(folder / "out"), display_mesh=bad)
     with pytest.raises(ValueError, match=r"display_mesh.left .* must match the mesh"):
         preflight(cfg)
 
