@@ -147,9 +147,8 @@ def test_two_runs_into_one_folder_the_second_fails_at_once_and_the_first_is_unha
     tmp_path, write_tiny_study, scheduler_address
 ):
     """Run A is paused (SIGSTOP) at its first SVD line; run B into the same output folder
-    fails with one line naming A, before it reads any input (on the idle development
-    machine in about 2.5 s, Python's start-up and imports included); A, continued,
-    finishes with the labels of a fresh run."""
+    fails with one line naming A, before it reads any input; A, continued, finishes with
+    the labels of a fresh run."""
     study = tmp_path / "study"
     write_tiny_study(study, random_state=3)
     raw = yaml.safe_load((study / "pipeline.yaml").read_text())
