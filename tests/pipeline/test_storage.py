@@ -34,6 +34,14 @@ def _first_left(folder):
 
 
 def test_a_store_the_workers_see_in_part_fails_naming_the_folder(folder, tmp_path):
+    """The store whole where ingest wrote it, in part where the workers read it (chunks
+    gone after the ingest stage found it whole, as on a node without the shared folder):
+    the workers' own check before the SVD reads names the folder. (A store damaged before
+    a run starts is rebuilt instead: tests/pipeline/test_workdir.py.)"""
+    from lsd_dask.pipeline.preflight import preflight
+    from lsd_dask.pipeline.stages import RunContext, run_stage
+    from lsd_dask.pipeline.svd import SvdStage
+
     data, _ = folder
     cfg = _cfg(data, tmp_path / "out")
     run_pipeline(cfg, log=lambda s: None)
@@ -44,8 +52,9 @@ def test_a_store_the_workers_see_in_part_fails_naming_the_folder(folder, tmp_pat
     (cfg.output / "work" / "stamps" / "svd__split1.json").unlink()  # the SVD must rerun
     # two worker processes of a real cluster check the store before the SVD reads it
     with connect({"type": "local", "local": {"n_workers": 2, "threads_per_worker": 1}}, log=None):
-        with pytest.raises(ValueError, match=f"split store {store} .*chunks: the work folder"):
-            run_pipeline(cfg, log=lambda s: None)
+        with RunContext.open(cfg, lambda s: None, preflight(cfg)[0]) as ctx:
+            with pytest.raises(ValueError, match=f"split store {store} .*chunks: the work fold"):
+                run_stage(SvdStage(), ctx)
 
 
 def test_constant_vertex_inexact_in_float32_is_masked(folder, tmp_path):
