@@ -143,12 +143,13 @@ def _labels(out):
     return {p.name: np.load(p) for p in sorted(work.glob("*.npy"))}
 
 
+@pytest.mark.parametrize("stage", ["ingest", "svd", "cluster"])
 def test_two_runs_into_one_folder_the_second_fails_at_once_and_the_first_is_unharmed(
-    tmp_path, write_tiny_study, scheduler_address
+    tmp_path, write_tiny_study, scheduler_address, stage
 ):
-    """Run A is paused (SIGSTOP) at its first SVD line; run B into the same output folder
-    fails with one line naming A, before it reads any input; A, continued, finishes with
-    the labels of a fresh run."""
+    """Run A is paused (SIGSTOP) at its first line of a stage (ingest, the SVD, the first
+    fit); run B into the same output folder fails with one line naming A, before it reads
+    any input; A, continued, finishes with the labels of a fresh run."""
     study = tmp_path / "study"
     write_tiny_study(study, random_state=3)
     raw = yaml.safe_load((study / "pipeline.yaml").read_text())
@@ -170,7 +171,7 @@ def test_two_runs_into_one_folder_the_second_fails_at_once_and_the_first_is_unha
         assert a.stdout is not None
         for line in a.stdout:
             lines.append(line)
-            if not paused.is_set() and line.startswith("[svd]"):
+            if not paused.is_set() and line.startswith(f"[{stage}]"):
                 os.kill(a.pid, signal.SIGSTOP)
                 paused.set()
 
