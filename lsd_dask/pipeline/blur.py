@@ -29,7 +29,7 @@ from ..selection import GRID_MM, choose_feature_blur
 from .placement import features_on_workers
 from .stages import RunContext, Unit
 from .svd import group_svd, svd_features, svd_rank
-from .workdir import content_digest
+from .workdir import mesh_digest
 
 __all__ = ["BlurStage"]
 
@@ -58,7 +58,7 @@ class BlurStage:
                     "random_state": cfg.random_state,
                     "k": min(cfg.ks),
                     "grid_mm": list(GRID_MM),
-                    "mesh": _mesh_digest(V, A),
+                    "mesh": mesh_digest(V, A),
                     "lsd_dask": __version__,
                 },
                 [wd.blur(split)],
@@ -122,8 +122,3 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
     wd.write_text(wd.blur(split), json.dumps(out, indent=1))
     log(f"[blur] {split}: feature_smoothing_mm auto chose {choice.fwhm_mm:g} mm")
     return out
-
-
-def _mesh_digest(V: np.ndarray, A: sp.csr_matrix) -> str:
-    """The mesh the blur was chosen on (coordinates and edges)."""
-    return content_digest(np.asarray(V, np.float64)) + content_digest(A)

@@ -52,6 +52,11 @@ A pipeline YAML looks like::
     random_state: 0
     null_repeats: 5                # the split-half scores' region-size and spin nulls
     spins: 1000                    # spins per parcellation for the held-out measures' z
+    held_out: [splits]             # the held-out scores: each split's parcels on the other
+                                   # split's data; add time_halves to fit each method on one
+                                   # half of a split's time points and score it on the other
+                                   # (pipeline/evaluate_halves.py: about one more SVD and
+                                   # cluster stage)
     compare_atlases: []            # published parcellations scored beside the run's:
                                    # schaefer_100..400, vosdewael_100..400 (32k_fs_LR), or
                                    # {name: x, dlabel: f.dlabel.nii} / {name: x, left: lh.annot,
@@ -111,6 +116,10 @@ class PipelineConfig:
     #: spins of each parcellation for the held-out measures' null (scored on a sample of
     #: the vertices: :class:`lsd_dask.evaluation.SpinNull`); 0: no z-scores
     spins: int = 1000
+    #: the held-out scores to compute: ``splits`` (each split's parcels on the other
+    #: split's data, :mod:`.evaluate`) and ``time_halves`` (fitted on one half of a split's
+    #: time points, scored on the other, :mod:`.evaluate_halves`)
+    held_out: list[str] = field(default_factory=lambda: ["splits"])
     #: the features clustered, unit-normalised, for every method: rows of U·Σ ("us") or of
     #: U ("u"); None: each method's own default (:data:`~lsd_dask.pipeline.methods.METHODS`)
     features: str | None = None
@@ -304,6 +313,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
             raw.get("null_repeats", _default("null_repeats")), "null_repeats", 0
         ),
         spins=files.int_setting(raw.get("spins", _default("spins")), "spins", 0),
+        held_out=_held_out(raw.get("held_out", ["splits"])),
         features=features,
         spatial=spatial,
         work=files.work(raw.get("work"), base),
@@ -334,6 +344,25 @@ def _content_identity(path: str | os.PathLike[str]) -> Any:
         f.seek(max(size - block, 0))
         tail = f.read(block)
     return (size, hashlib.blake2b(head + tail, digest_size=16).hexdigest())
+
+
+#: what ``held_out`` may name
+HELD_OUT = ("splits", "time_halves")
+
+
+def _held_out(raw: Any) -> list[str]:
+    """The ``held_out`` list, checked: one line naming the key and what it may hold."""
+    items = [raw] if isinstance(raw, str) else raw
+    if (
+        not isinstance(items, list)
+        or not items
+        or any(i not in HELD_OUT for i in items)
+        or len(set(items)) != len(items)
+    ):
+        raise ValueError(
+            f"held_out: a list of {' and '.join(HELD_OUT)} (each at most once), got {raw!r}."
+        )
+    return [str(i) for i in items]
 
 
 def _distinct_ks(ks: list[int]) -> list[int]:

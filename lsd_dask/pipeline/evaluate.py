@@ -38,16 +38,21 @@ from .. import evaluation as ev
 from ..spin import find_spheres
 from .stages import RunContext, Unit
 from .svd import svd_features
-from .workdir import content_digest
+from .workdir import content_digest, mesh_digest
 
 __all__ = [
     "BIN_WIDTH_MM",
     "EvaluationStage",
     "atlas_rows",
+    "held_out_scores",
+    "log_means",
     "MAX_DIST_MM",
+    "mean_of",
     "MEASURES",
     "NULL_PAIRS",
     "NULL_VERTICES",
+    "spin_nulls",
+    "vertex_pairs",
 ]
 
 #: DCBC's vertex pairs: up to this distance along the mesh (Zhi et al. 2022's 35 mm)
@@ -75,13 +80,7 @@ class EvaluationStage:
         splits = list(ctx.splits)
         common = {
             "features": {s: wd.fingerprint_of(f"svd/{s}") for s in splits},
-            "max_dist_mm": MAX_DIST_MM,
-            "bin_width_mm": BIN_WIDTH_MM,
-            "spins": cfg.spins,
-            "null_sample": [NULL_VERTICES, NULL_PAIRS],
-            "random_state": cfg.random_state,
-            "sphere": cfg.sphere,
-            "lsd_dask": __version__,
+            **scoring_key(ctx),
         }
         atlases = [
             Unit(
@@ -93,6 +92,8 @@ class EvaluationStage:
             )
             for spec in cfg.compare_atlases
         ]
+        if "splits" not in cfg.held_out:
+            return atlases
         return atlases + [
             Unit(
                 f"evaluate/{spec.name}/K{k}",
@@ -116,64 +117,97 @@ class EvaluationStage:
 
     def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
         wd, log, kept = ctx.wd, ctx.log, ctx.kept
-        V, A = ctx.kept_mesh(kept)
-        pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM, n_jobs=_cores())
-        log(f"[evaluate] {len(pairs)} vertex pairs within {MAX_DIST_MM:g} mm along the mesh")
+        _, A = ctx.kept_mesh(kept)
+        pairs = vertex_pairs(ctx)
         features = {s: svd_features(wd.load_npy(wd.u(s)), wd.load_npy(wd.s(s))) for s in ctx.splits}
         correlations = {s: ev.pair_correlations(Z, pairs) for s, Z in features.items()}
-        nulls = _nulls(ctx, features, pairs, correlations)
+        nulls = spin_nulls(ctx, features, pairs, correlations)
         splits = list(ctx.splits)
         for unit in todo:
             if unit.item[0] == "atlas":
                 # fitted on neither split: scored on each split's data
                 labels = np.where(kept, ctx.atlases[unit.item[1]], 0)
                 out: dict[str, Any] = {
-                    f"on_{s}": self._scores(
+                    f"on_{s}": held_out_scores(
                         labels, features[s], pairs, correlations[s], A, kept, nulls.get(s)
                     )  # fmt: skip
                     for s in splits
                 }
-                out["mean"] = _mean_of(out)
+                out["mean"] = mean_of(out)
                 out["n_parcels"] = int(np.unique(labels[labels > 0]).size)
                 what = f"atlas {unit.item[1]} ({out['n_parcels']} parcels)"
             else:
                 name, k = unit.item
                 out = {}  # the two directions, then their mean
                 for fitted, held_out in (splits, splits[::-1]):
-                    out[f"{fitted}_on_{held_out}"] = self._scores(
+                    out[f"{fitted}_on_{held_out}"] = held_out_scores(
                         wd.load_npy(wd.labels(fitted, name, k)), features[held_out], pairs,
                         correlations[held_out], A, kept, nulls.get(held_out),
                     )  # fmt: skip
-                out["mean"] = _mean_of(out)
+                out["mean"] = mean_of(out)
                 what = f"{name} K={k}"
             wd.write_text(unit.outputs[0], json.dumps(out, indent=1))
-            means = out["mean"]
-            log(
-                f"[evaluate] {what}: held-out homogeneity {means['homogeneity']:.3f}, "
-                f"DCBC {means['dcbc']:.3f}, silhouette {means['silhouette']:.3f}"
-            )
+            log_means("evaluate", what, out["mean"], log)
             yield unit, out
 
-    @staticmethod
-    def _scores(
-        labels: np.ndarray,
-        Z: np.ndarray,
-        pairs: ev.VertexPairs,
-        r: np.ndarray,
-        A: Any,
-        kept: np.ndarray,
-        null: ev.SpinNull | None,
-    ) -> dict[str, dict[str, Any]]:
-        """The three measures of ``labels`` (every vertex) on one held-out data set."""
-        lab = labels[kept]
-        values = {
-            "homogeneity": ev.homogeneity(Z, lab),
-            "dcbc": ev.dcbc(lab, pairs, r, bin_width=BIN_WIDTH_MM).value,
-            "silhouette": ev.neighbour_silhouette(Z, lab, A),
-            "pca_homogeneity": ev.pca_homogeneity(Z, lab),
-        }
-        zs = null.z_scores(labels, A) if null is not None else {}
-        return {m: _with_null(v, zs.get(m)) for m, v in values.items()}
+
+def scoring_key(ctx: RunContext) -> dict[str, Any]:
+    """What every held-out score depends on besides its data and labels: the mesh the
+    distances run along, the bins, the spins and their sample, the sphere."""
+    cfg = ctx.cfg
+    return {
+        "mesh": mesh_digest(*ctx.kept_mesh()),
+        "max_dist_mm": MAX_DIST_MM,
+        "bin_width_mm": BIN_WIDTH_MM,
+        "spins": cfg.spins,
+        "null_sample": [NULL_VERTICES, NULL_PAIRS],
+        "random_state": cfg.random_state,
+        "sphere": cfg.sphere,
+        "lsd_dask": __version__,
+    }
+
+
+def vertex_pairs(ctx: RunContext) -> ev.VertexPairs:
+    """The kept vertices' pairs within :data:`MAX_DIST_MM` along the mesh, computed once
+    per run (every evaluation stage scores DCBC on them)."""
+    if "vertex_pairs" not in ctx.shared:
+        V, A = ctx.kept_mesh()
+        pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM, n_jobs=_cores())
+        ctx.log(f"[evaluate] {len(pairs)} vertex pairs within {MAX_DIST_MM:g} mm along the mesh")
+        ctx.shared["vertex_pairs"] = pairs
+    pairs: ev.VertexPairs = ctx.shared["vertex_pairs"]
+    return pairs
+
+
+def held_out_scores(
+    labels: np.ndarray,
+    Z: np.ndarray,
+    pairs: ev.VertexPairs,
+    r: np.ndarray,
+    A: Any,
+    kept: np.ndarray,
+    null: ev.SpinNull | None,
+) -> dict[str, dict[str, Any]]:
+    """The measures of ``labels`` (every vertex) on one held-out data set: ``Z`` its
+    features on the kept vertices, ``r`` their correlations over ``pairs``; each beside
+    ``null``'s spins, when given."""
+    lab = labels[kept]
+    values = {
+        "homogeneity": ev.homogeneity(Z, lab),
+        "dcbc": ev.dcbc(lab, pairs, r, bin_width=BIN_WIDTH_MM).value,
+        "silhouette": ev.neighbour_silhouette(Z, lab, A),
+        "pca_homogeneity": ev.pca_homogeneity(Z, lab),
+    }
+    zs = null.z_scores(labels, A) if null is not None else {}
+    return {m: _with_null(v, zs.get(m)) for m, v in values.items()}
+
+
+def log_means(stage: str, what: str, means: dict[str, float | None], log: Any) -> None:
+    """One line per scored parcellation."""
+    log(
+        f"[{stage}] {what}: held-out homogeneity {means['homogeneity']:.3f}, "
+        f"DCBC {means['dcbc']:.3f}, silhouette {means['silhouette']:.3f}"
+    )
 
 
 def atlas_rows(ctx: RunContext) -> list[dict[str, Any]]:
@@ -195,13 +229,14 @@ def atlas_rows(ctx: RunContext) -> list[dict[str, Any]]:
     return rows
 
 
-def _nulls(
+def spin_nulls(
     ctx: RunContext,
     features: dict[str, np.ndarray],
     pairs: ev.VertexPairs,
     correlations: dict[str, np.ndarray],
 ) -> dict[str, ev.SpinNull]:
-    """Each held-out split's spin null (none without a sphere or with ``spins: 0``)."""
+    """A spin null for each held-out data set, by name: the rotations drawn once, each
+    set's data scored under them (none without a sphere or with ``spins: 0``)."""
     sphere = find_spheres(ctx.meshes, ctx.cfg.sphere)
     if sphere["spheres"] is None or ctx.cfg.spins <= 0:
         return {}
@@ -238,7 +273,7 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _mean_of(directions: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float | None]:
+def mean_of(directions: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float | None]:
     """Each measure's value and z averaged over the two directions (or data sets)."""
     out: dict[str, float | None] = {}
     for m in MEASURES:

@@ -42,6 +42,7 @@ __all__ = [
     "FitJob",
     "estimator_key",
     "fit_job",
+    "fit_labels",
 ]
 
 
@@ -89,7 +90,7 @@ class ClusterStage:
             if j.which not in features:
                 features.clear()  # one set of features in memory at a time (jobs in order)
                 features[j.which] = _features(wd, j.split, j.spec.features)
-            _save(wd, j, _fit(j.est, features[j.which], kept), log, bar(i, len(jobs)))
+            _save(wd, j, fit_labels(j.est, features[j.which], kept), log, bar(i, len(jobs)))
             yield by_job[id(j)], None
 
 
@@ -152,8 +153,9 @@ def estimator_key(est: Any) -> dict[str, Any]:
     }
 
 
-def _fit(est: MeshParcellation, F: Any, kept: np.ndarray) -> dict[str, Any]:
-    """Fit, then the labels on the full surface (0 on masked vertices); runs anywhere."""
+def fit_labels(est: MeshParcellation, F: Any, kept: np.ndarray) -> dict[str, Any]:
+    """Fit, then the labels on the full surface (0 on masked vertices), with the fit's
+    seconds, iterations, parcels, blur steps and where it ran; runs anywhere."""
     t0 = time.perf_counter()
     where = task_location()
     # inside a worker, any graph an estimator builds runs right here: sent to the cluster,
@@ -192,7 +194,7 @@ def _fit_as_tasks(
     for which, fut in loads.items():
         client.replicate([fut])  # on every worker: fits then go wherever a thread is free
         for j in (j for j in todo if j.which == which):
-            futures[client.submit(_fit, j.est, fut, shared_kept, pure=False)] = j
+            futures[client.submit(fit_labels, j.est, fut, shared_kept, pure=False)] = j
     loads.clear()  # the fits hold the features; they are released as the fits finish
     show_progress(list(futures))
     log(f"[cluster] {len(futures)} fits as tasks on {len(client.nthreads())} workers")

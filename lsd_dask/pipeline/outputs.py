@@ -166,6 +166,13 @@ def _sidecar(
         out["HeldOutScores"] = {
             key.removeprefix("heldout_"): score[key] for key in score if key.startswith("heldout_")
         }
+    if score is not None and any(key.startswith("timehalves_") for key in score):
+        # fitted on one time half of a split, scored on the other (scores_explained.timehalves)
+        out["TimeHalvesScores"] = {
+            key.removeprefix("timehalves_"): score[key]
+            for key in score
+            if key.startswith("timehalves_")
+        }
     if score is not None:
         out["SplitHalfScores"] = {
             key: score[key]

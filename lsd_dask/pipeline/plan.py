@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .blur import BlurStage
 from .evaluate import EvaluationStage
+from .evaluate_halves import TimeHalvesStage
 from .fits import ClusterStage
 from .ingest import IngestStage
 from .stages import Stage
@@ -18,4 +19,5 @@ STAGES: list[Stage] = [
     BlurStage(),
     ClusterStage(),
     EvaluationStage(),
+    TimeHalvesStage(),
 ]

@@ -131,6 +131,8 @@ _COMPARED = [
     ("heldout_dcbc", "DCBC"),
     ("heldout_silhouette", "neighbour silhouette"),
     ("heldout_pca_homogeneity", "Gordon homogeneity"),
+    ("timehalves_homogeneity", "homogeneity, time halves"),
+    ("timehalves_dcbc", "DCBC, time halves"),
     ("dice", "split-half Dice"),
 ]
 
@@ -141,7 +143,7 @@ def _comparison_tables(
     """One table per K: every method, and every comparison atlas at its nearest K, on
     every measure, the best of each column in bold (held-out measures first: they read
     the parcels against data the fit never saw)."""
-    if not any("heldout_homogeneity" in r for r in rows):
+    if not any("heldout_homogeneity" in r or "timehalves_homogeneity" in r for r in rows):
         return []
     e = html.escape
     parts = [
@@ -156,6 +158,12 @@ def _comparison_tables(
         "method whose parcels fall into over 10 % more connected regions than K (marked "
         "&dagger;) is not compared like for like at this K.</p>",
     ]
+    if any("timehalves_homogeneity" in r for r in rows):
+        parts.append(
+            "<p>The time-halves columns: each method fitted on one half of every subject's "
+            "time points within a split and scored on the other half, averaged over the "
+            "splits and both directions.</p>"
+        )
     for k in sorted({r["k"] for r in rows}):
         at_k = [r for r in rows if r["k"] == k] + [
             {**a, "method": f"atlas: {a['atlas']}", "n_regions": [a["n_parcels"]]}
@@ -167,16 +175,16 @@ def _comparison_tables(
             for key, _ in _COMPARED
             if any(r.get(key) is not None for r in at_k)
         }
-        head = "".join(
-            f"<th>{e(t)}</th>" for t in ["method", "regions", *(c[1] for c in _COMPARED)]
-        )
+        # the time-halves columns only where that option ran
+        compared = [(key, t) for key, t in _COMPARED if any(key in r for r in at_k)]
+        head = "".join(f"<th>{e(t)}</th>" for t in ["method", "regions", *(c[1] for c in compared)])
         body = []
         for r in at_k:
             regions = r.get("n_regions", [])
             mark = " &dagger;" if regions and max(regions) > 1.1 * k else ""
             cells = [f"<td class='l'>{e(str(r['method']))}{mark}</td>",
                      f"<td>{e('/'.join(str(x) for x in regions))}</td>"]  # fmt: skip
-            for key, _ in _COMPARED:
+            for key, _ in compared:
                 v = r.get(key)
                 z = r.get(f"{key}_z")
                 text = "" if v is None else f"{v:.3f}" + (f" ({z:.1f})" if z is not None else "")

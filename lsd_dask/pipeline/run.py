@@ -12,6 +12,10 @@ same inputs and settings (see :mod:`.workdir`):
    ``feature_smoothing_mm: auto``.
 4. ``cluster`` (:mod:`.fits`): every (split, method, K) fit, each method one
    :class:`~lsd_dask.cluster.MeshParcellation`.
+5. ``evaluate`` (:mod:`.evaluate`): each split's parcels, and each comparison atlas,
+   scored on data they were not fitted on, with spin nulls.
+6. ``evaluate_halves`` (:mod:`.evaluate_halves`): with ``held_out: [..., time_halves]``,
+   each method fitted on one time half of a split and scored on the other.
 
 Then the split-half scores (:mod:`.scores`), the outputs (:mod:`.outputs`) and
 ``report.json`` / ``report.html``.

@@ -22,6 +22,7 @@ import numpy as np
 from .. import metrics
 from ..spin import find_spheres, spin_indices, spin_labels
 from ..surface import grow_sized_regions, split_connected
+from .evaluate_halves import time_halves_rows
 from .stages import RunContext
 
 __all__ = ["explain_scores", "score_pair", "score_run"]
@@ -137,6 +138,13 @@ def explain_scores(
             "(and of the pairs among a second sample for DCBC), the parcellation on the "
             "same sample for its z."
         ),
+        "timehalves": (
+            "With held_out: [..., time_halves]: each method fitted at K on one half of every "
+            "subject's time points within a split and scored on the other half, with the "
+            "measures and spins of heldout_*; averaged over the splits and both directions "
+            "(timehalves_homogeneity, timehalves_dcbc, timehalves_silhouette, "
+            "timehalves_pca_homogeneity, each with its _z)."
+        ),
     }
 
 
@@ -168,6 +176,7 @@ def _scores(ctx: RunContext, spins: list[np.ndarray] | None) -> list[dict[str, A
                 spins=spins,
             )
             row |= _held_out(ctx, method, k)
+            row |= time_halves_rows(ctx, method, k)
             rows.append(row)
             spin = f", spin null {row['spin_null_dice_mean']:.3f}" if spins else ""
             log(

@@ -101,6 +101,9 @@ class RunContext:
         ``left`` and ``right`` :class:`~lsd_dask.surface.Mesh`.
     results : dict
         Stage name -> unit name -> result, as the stages finish.
+    shared : dict
+        What is computed once per run and read by more than one stage (the evaluation's
+        vertex pairs), by name.
     """
 
     cfg: PipelineConfig
@@ -108,6 +111,7 @@ class RunContext:
     log: Log
     meshes: dict[str, Mesh]
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
 
     lock: WorkLock | None = None
     #: whether :meth:`close` gives the lock back (not when the caller took it)

@@ -37,7 +37,15 @@ from .._logging import get_log
 from ..io.atomic import remove_partials
 from ..io.storage import Folder
 
-__all__ = ["FILE_PART", "WorkDir", "content_digest", "file_identity", "file_part", "fingerprint"]
+__all__ = [
+    "FILE_PART",
+    "WorkDir",
+    "content_digest",
+    "file_identity",
+    "file_part",
+    "fingerprint",
+    "mesh_digest",
+]
 
 
 #: what a name that becomes part of a file name may be: letters, digits, "_" and "-"
@@ -253,6 +261,12 @@ def content_digest(a: Any) -> str:
     else:
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
+
+
+def mesh_digest(V: np.ndarray, A: sp.csr_matrix) -> str:
+    """A mesh's content (coordinates and edges), for keys of what depends on its shape:
+    a blur, the distances along it."""
+    return content_digest(np.asarray(V, np.float64)) + content_digest(A)
 
 
 def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -88,3 +88,72 @@ def test_report_page_marks_the_best_parcellation_of_each_measure_per_k(tmp_path,
     for method, r in rows.items():
         marked = f"<td class='l'>{method} &dagger;</td>" in table
         assert marked == (max(r["n_regions"]) > 1.1 * 6), method
+
+
+def test_time_halves_score_each_half_fit_on_the_other_half(tmp_path, study):
+    """held_out: [splits, time_halves]: each method fitted on one half of a split's time
+    points, scored on the other half; checked against the measures on the store's own
+    half data (with the rank at the half's width, unit rows of U·Σ have the data's
+    correlations), and the fit against the estimator on those data."""
+    from lsd_dask.io import open_split
+    from lsd_dask.pipeline.methods import parse_methods
+
+    write_study(study, tmp_path, fmt="gifti")
+    text = (tmp_path / "pipeline.yaml").read_text()
+    (tmp_path / "pipeline.yaml").write_text(text + "\nheld_out: [splits, time_halves]\n")
+    cfg = load_config(tmp_path / "pipeline.yaml", ks=[6], null_repeats=2, svd={"rank": 60})
+    logs: list[str] = []
+    report = run_pipeline(cfg, log=logs.append)
+    work = cfg.output / "work"
+    kept = np.load(work / "mask.npy")
+    m = study.meshes
+    sizes = [m["left"].n_vertices, m["right"].n_vertices]
+    A = mesh_adjacency([m["left"].faces, m["right"].faces], sizes)[kept][:, kept].tocsr()
+    V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
+    pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM)
+    saved = json.loads((work / "evaluation" / "halves_directional_K6.json").read_text())
+    (spec,) = parse_methods(["directional"], {})
+    for split in ("split1", "split2"):
+        st = open_split(work / f"{split}.zarr")
+        X = np.asarray(st.data.compute(), np.float64)
+        cols = np.cumsum([0, *st.timepoints])
+        spans = [(a, a + (b - a) // 2, b) for a, b in zip(cols[:-1], cols[1:], strict=True)]
+        halves = {
+            "half1": unit_rows(np.hstack([X[:, a:mid] for a, mid, _ in spans])),
+            "half2": unit_rows(np.hstack([X[:, mid:b] for _, mid, b in spans])),
+        }
+        for fitted, other in (("half1", "half2"), ("half2", "half1")):
+            est = spec.estimator(6, cfg.random_state, connectivity=A, vertices=V)
+            labels = est.fit(halves[fitted]).labels_ + 1
+            got = saved[f"{split}_{fitted}_on_{other}"]
+            Z = halves[other]
+            assert got["homogeneity"]["value"] == pytest.approx(ev.homogeneity(Z, labels), abs=1e-4)
+            r = ev.pair_correlations(Z, pairs)
+            assert got["dcbc"]["value"] == pytest.approx(ev.dcbc(labels, pairs, r).value, abs=1e-4)
+            assert got["silhouette"]["value"] == pytest.approx(
+                ev.neighbour_silhouette(Z, labels, A), abs=1e-4
+            )
+    (row,) = report["scores"]
+    mean = np.mean([saved[d]["homogeneity"]["value"] for d in saved if d != "mean"])
+    assert row["timehalves_homogeneity"] == pytest.approx(mean)
+    # the planted parcels hold on the other half: far above their spins
+    assert row["timehalves_homogeneity_z"] > 3 and row["timehalves_dcbc"] > 0
+    assert "timehalves" in report["scores_explained"]
+    assert "homogeneity, time halves" in (cfg.output / "report.html").read_text()
+    sidecar = next((cfg.output / "labels").glob("*desc-K6split1_dseg.json"))
+    halves_scores = json.loads(sidecar.read_text())["TimeHalvesScores"]
+    assert halves_scores["dcbc"] == pytest.approx(row["timehalves_dcbc"])
+
+    logs.clear()
+    run_pipeline(load_config(tmp_path / "pipeline.yaml", ks=[6], null_repeats=2, svd={"rank": 60}),
+                 log=logs.append)  # fmt: skip
+    assert "[evaluate_halves] directional K=6 (time halves) done earlier, skipped" in logs
+
+
+@pytest.mark.parametrize("value", ["[]", "[splits, splits]", "[halves]", "3"])
+def test_held_out_names_what_it_may_hold(tmp_path, study, value):
+    write_study(study, tmp_path, fmt="gifti")
+    text = (tmp_path / "pipeline.yaml").read_text()
+    (tmp_path / "pipeline.yaml").write_text(text + f"\nheld_out: {value}\n")
+    with pytest.raises(ValueError, match=r"^held_out: a list of splits and time_halves"):
+        load_config(tmp_path / "pipeline.yaml")
