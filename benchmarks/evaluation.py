@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--data", choices=("realistic", "real"), default="realistic")
     ap.add_argument("--ks", type=int, nargs="+", default=[100, 200, 400])
     ap.add_argument("--methods", nargs="+", default=DEFAULT_METHODS)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="Draws the realistic study and the fits.")
     ap.add_argument("--rank", type=int, default=100, help="Least fit rank; max(rank, K) used.")
     ap.add_argument("--eval-rank", type=int, default=300, help="Rank of the held-out data.")
     ap.add_argument("--spins", type=int, default=1000)

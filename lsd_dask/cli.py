@@ -269,10 +269,6 @@ def synth(
     click.echo(f"pipeline file: {path}")
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
-
-
 def _command_line() -> str:
     """The command that runs (for the report and dataset_description.json), rebuilt from
     click's parsed parameters: what was given, defaults left out."""
@@ -288,3 +284,7 @@ def _command_line() -> str:
             for item in value if isinstance(value, tuple) else (value,):
                 words += [p.opts[0]] if item is True else [p.opts[0], str(item)]
     return shlex.join(words)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

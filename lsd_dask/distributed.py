@@ -13,9 +13,12 @@ names (``cores``, ``memory``, ``job-extra-directives``, ...; hyphens or undersco
 
 from __future__ import annotations
 
+import _thread
 import difflib
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,8 @@ __all__ = [
     "ManagedClient",
     "SCHEDULER_ENV",
     "CLUSTER_SETTINGS",
+    "PAUSED_LIMIT_S",
+    "PausedWorkers",
 ]
 
 #: environment variable read when no address or config is given
@@ -110,6 +115,70 @@ def task_location() -> str:
         return str(get_worker().address)
     except ValueError:
         return "client"
+
+
+#: how long every worker may stay paused (over its memory's pause threshold) before the
+#: run ends: a worker paused with its memory held by running tasks never resumes
+PAUSED_LIMIT_S = 60.0
+
+
+class PausedWorkers:
+    """Ends the work in this ``with`` block when every worker of ``client`` has been paused
+    for ``limit_s``: the main thread gets :class:`MemoryError` with one line naming a
+    worker's memory and limit (it would otherwise wait for ever). A worker the nanny keeps
+    restarting ends the run already: its tasks fail with ``KilledWorker`` after
+    ``distributed.scheduler.allowed-failures`` restarts.
+
+    The check polls the scheduler from a thread of its own every ``poll_s``; without a
+    client, or outside the main thread (where the error could not be raised), it does
+    nothing.
+    """
+
+    def __init__(
+        self, client: Client | None, limit_s: float = PAUSED_LIMIT_S, poll_s: float = 2.0
+    ) -> None:
+        self.client, self.limit_s, self.poll_s = client, limit_s, poll_s
+        self.reason: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> PausedWorkers:
+        if self.client is not None and threading.current_thread() is threading.main_thread():
+            self._thread = threading.Thread(target=self._watch, daemon=True, name="paused")
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.reason is not None and (kind is None or issubclass(kind, KeyboardInterrupt)):
+            raise MemoryError(self.reason) from None
+
+    def _watch(self) -> None:
+        since: float | None = None
+        while not self._stop.wait(self.poll_s):
+            try:
+                workers = self.client.scheduler_info(n_workers=-1)["workers"]  # type: ignore[union-attr]
+            except Exception:  # the scheduler gone: the main thread's own error says so
+                return
+            if not workers or any(w.get("status") != "paused" for w in workers.values()):
+                since = None
+                continue
+            since = since or time.monotonic()
+            if time.monotonic() - since >= self.limit_s:
+                address, w = next(iter(workers.items()))
+                used = int((w.get("metrics") or {}).get("memory") or 0) / 2**20
+                limit = int(w.get("memory_limit") or 0) / 2**20
+                self.reason = (
+                    f"every worker has been paused for {self.limit_s:.0f} s, over its memory's "
+                    f"pause threshold (worker {address}: {used:.0f} MB of its {limit:.0f} MB "
+                    "limit); the tasks need more memory than the workers have. Give each "
+                    "worker more memory (memory_limit), or fewer threads per worker, or lower "
+                    "svd.rank."
+                )
+                _thread.interrupt_main()
+                return
 
 
 def active_client() -> Client | None:

@@ -173,3 +173,38 @@ def test_scattered_rows_keep_the_data_out_of_the_graph(proc_cluster):
     np.testing.assert_array_equal(labels, SphericalKMeans(5, random_state=0).fit(X).labels_)
     # without a client: a plain from_array
     np.testing.assert_array_equal(scattered_rows(X, 1024).compute(), X)
+
+
+def _hold(nbytes: int) -> object:
+    """A result that keeps ``nbytes`` of the worker's memory in use."""
+    import numpy as np
+
+    return np.ones(nbytes // 8)
+
+
+def test_workers_paused_over_their_memory_end_the_work_in_one_line():
+    """A worker over its pause threshold, with the memory held, never resumes: the work
+    waiting on it ends with MemoryError naming the worker's memory, not a hang."""
+    import dask
+    from distributed import Client, LocalCluster, wait
+
+    from lsd_dask.distributed import PausedWorkers
+
+    memory = {"target": False, "spill": False, "pause": 0.5, "terminate": False}
+    with (
+        dask.config.set({f"distributed.worker.memory.{k}": v for k, v in memory.items()}),
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="600MB",
+                     host="127.0.0.1", dashboard_address=None) as cluster,  # fmt: skip
+        Client(cluster) as client,
+    ):
+        held = client.submit(_hold, 400 * 2**20)
+        wait(held, timeout=60)  # kept on the worker, over half its limit
+        t0 = time.time()
+        paused = (
+            r"^every worker has been paused for 3 s, over its memory's pause threshold "
+            r"\(worker tcp://127\.0\.0\.1:\d+: \d+ MB of its 572 MB limit\)"
+        )
+        with pytest.raises(MemoryError, match=paused), PausedWorkers(client, 3, 0.5):
+            client.submit(sum, [1, 2], pure=False).result()
+        assert time.time() - t0 < 30
+        del held

@@ -52,6 +52,9 @@ A pipeline YAML looks like::
     random_state: 0
     null_repeats: 5                # the split-half scores' region-size and spin nulls
     spins: 1000                    # spins per parcellation for the held-out measures' z
+    input_identity: stat           # how a run knows an input is unchanged: size and mtime;
+                                   # content: a SHA-1 of every byte, read again each run
+                                   # (about one more read of the inputs)
     held_out: [splits]             # the held-out scores: each split's parcels on the other
                                    # split's data; add time_halves to fit each method on one
                                    # half of a split's time points and score it on the other
@@ -116,6 +119,9 @@ class PipelineConfig:
     #: spins of each parcellation for the held-out measures' null (scored on a sample of
     #: the vertices: :class:`lsd_dask.evaluation.SpinNull`); 0: no z-scores
     spins: int = 1000
+    #: how a run knows an input file is unchanged: ``stat`` (path, size, mtime) or
+    #: ``content`` (a SHA-1 of its bytes; :func:`.ingest.input_identities`)
+    input_identity: str = "stat"
     #: the held-out scores to compute: ``splits`` (each split's parcels on the other
     #: split's data, :mod:`.evaluate`) and ``time_halves`` (fitted on one half of a split's
     #: time points, scored on the other, :mod:`.evaluate_halves`)
@@ -206,6 +212,10 @@ class PipelineConfig:
             raise ValueError(f"ks must be integers >= 2, got {self.ks}.")
         if self.nonfinite not in ("error", "mask"):
             raise ValueError("nonfinite must be 'error' or 'mask'.")
+        if self.input_identity not in ("stat", "content"):
+            raise ValueError(
+                f"input_identity must be 'stat' or 'content', got {self.input_identity!r}."
+            )
         _check_features(self.features)
         ids = [s.subject for s in self.subjects]
         if len(ids) < 2:
@@ -314,6 +324,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         ),
         spins=files.int_setting(raw.get("spins", _default("spins")), "spins", 0),
         held_out=_held_out(raw.get("held_out", ["splits"])),
+        input_identity=str(raw.get("input_identity", "stat")),
         features=features,
         spatial=spatial,
         work=files.work(raw.get("work"), base),

@@ -34,9 +34,9 @@ from .config import PipelineConfig
 from .preprocess import subject_t_r_of
 from .reading import check_flat, read_subject
 from .stages import RunContext, Unit
-from .workdir import WorkDir, content_digest, file_identity, fingerprint
+from .workdir import WorkDir, content_digest, file_content_identity, file_identity, fingerprint
 
-__all__ = ["IngestStage", "check_kept"]
+__all__ = ["IngestStage", "check_kept", "input_identities"]
 
 #: what the mask's record keeps of each subject
 _COUNTS = ("constant", "nonfinite", "timepoints")
@@ -53,7 +53,7 @@ class IngestStage:
 
     def plan(self, ctx: RunContext) -> list[Unit]:
         cfg, wd = ctx.cfg, ctx.wd
-        mask_key = _mask_key(cfg, ctx.sizes)
+        mask_key = _mask_key(cfg, ctx.sizes, ctx.log)
         by_id = {s.subject: s for s in cfg.subjects}
         return [
             Unit("mask", mask_key, [wd.mask, wd.mask_info]),
@@ -161,12 +161,13 @@ def _smoothing(ctx: RunContext, kept: np.ndarray | None) -> tuple[int, Any]:
     return steps, A
 
 
-def _mask_key(cfg: PipelineConfig, sizes: list[int]) -> dict[str, Any]:
+def _mask_key(cfg: PipelineConfig, sizes: list[int], log: Log) -> dict[str, Any]:
+    identity = input_identities(cfg, log)
     return {
         "subjects": [
             {
                 "id": s.subject,
-                "files": [file_identity(p) for p in s.paths],
+                "files": [identity[str(p)] for p in s.paths],
                 "time_slice": s.time_slice,
             }
             for s in cfg.subjects
@@ -175,6 +176,21 @@ def _mask_key(cfg: PipelineConfig, sizes: list[int]) -> dict[str, Any]:
         "nonfinite": cfg.nonfinite,
         "lsd_dask": __version__,
     }
+
+
+def input_identities(cfg: PipelineConfig, log: Log) -> dict[str, dict[str, Any]]:
+    """Each input file's identity, by path: its size and modification time
+    (``input_identity: stat``), or a hash of its content (``content``: every byte read
+    again on each run, one task per file on the workers when a cluster is active)."""
+    paths = [str(p) for s in cfg.subjects for p in s.paths]
+    if cfg.input_identity == "stat":
+        return {p: file_identity(p) for p in paths}
+    log(f"[ingest] hashing the content of {len(paths)} input file(s)")
+    client = active_client()
+    if client is None:
+        return {p: file_content_identity(p) for p in paths}
+    futures = client.map(file_content_identity, paths, pure=False)
+    return dict(zip(paths, client.gather(futures), strict=True))
 
 
 def _ingest_key(
@@ -190,7 +206,8 @@ def _ingest_key(
                 content_digest(m.vertices) + content_digest(m.faces) for m in meshes.values()
             ]
         if pp.confounds is not None:
-            key["confound_files"] = [file_identity(pp.confound_path(i)) for i in ids]
+            identity = file_identity if cfg.input_identity == "stat" else file_content_identity
+            key["confound_files"] = [identity(pp.confound_path(i)) for i in ids]
         if pp.band_pass:
             key["t_r"] = [subject_t_r_of(cfg.preprocess, s) for s in subjects]
     return key

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ..distributed import active_client
 from ..io.storage import Folder, is_local
 from ..io.surface_files import HEMISPHERES, load_mesh, vertex_counts
 from ..spin import is_sphere, radii
 from ..surface import Mesh
 from .atlases import load_atlases
 from .config import PipelineConfig
+from .placement import check_worker_memory
 from .preprocess import read_confounds, subject_t_r_of
 
 __all__ = ["check_writable", "preflight"]
@@ -70,7 +73,29 @@ def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
             f"min_region_size: {cfg.min_region_size} is above the vertex count of either "
             f"hemisphere ({max(sizes)}): every region would be dropped."
         )
+    client = active_client()
+    if client is not None:
+        _check_worker_memory(cfg, client, n)
     return meshes, sizes
+
+
+def _check_worker_memory(cfg: PipelineConfig, client: Any, n: int) -> None:
+    """Workers too small for one task fail here, not by pausing mid-run: the time points
+    estimated from the largest subject's bytes (float32 over every vertex; CIFTI's
+    subcortical values count too, as they are read)."""
+    largest = max(sum(_bytes(p) for p in s.paths) for s in cfg.subjects)
+    timepoints = max(1, largest // (4 * n))
+    n_split = min(len(v) for v in cfg.resolved_splits().values())
+    rank = min(cfg.svd.rank, n, timepoints * n_split)
+    check_worker_memory(client, n, int(timepoints), rank, cfg.preprocess.active)
+
+
+def _bytes(path: str | os.PathLike[str]) -> int:
+    """A file's size, or a folder's (a Zarr subject) in all."""
+    p = Path(path)
+    if p.is_dir():
+        return sum(q.stat().st_size for q in p.rglob("*") if q.is_file())
+    return p.stat().st_size
 
 
 def _check_sphere(vertices: np.ndarray, where: str) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..distributed import PausedWorkers, active_client
 from ..io.lock import WorkLock
 from . import plan
 from .config import PipelineConfig
@@ -53,20 +54,25 @@ def run_pipeline(
     cluster (the CLI does). ``command`` (the command line, when there is one) goes into
     ``report.json`` and ``dataset_description.json``. The run holds its work folder's lock
     (:func:`~lsd_dask.pipeline.stages.work_lock`; pass ``lock`` when already taken): a
-    second run into the same folder fails at once, naming this one.
+    second run into the same folder fails at once, naming this one. Workers too small for
+    one task fail the run before ingest (:func:`~lsd_dask.pipeline.placement.check_worker_memory`);
+    workers that stay paused over their memory for
+    :data:`~lsd_dask.distributed.PAUSED_LIMIT_S` end it with :class:`MemoryError`.
     """
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     log = get_log("lsd_dask.pipeline", log)
     ctx = RunContext.open(cfg, log, preflight(cfg)[0], command, lock)
     try:
-        for stage in plan.STAGES:
+        # workers paused over their memory for a minute end the run (they never resume)
+        with PausedWorkers(active_client()):
+            for stage in plan.STAGES:
+                t0 = time.perf_counter()
+                if run_stage(stage, ctx):
+                    timings[_TIMING_NAMES.get(stage.name, stage.name)] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            if run_stage(stage, ctx):
-                timings[_TIMING_NAMES.get(stage.name, stage.name)] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        scores = score_run(ctx)
-        timings["scores"] = time.perf_counter() - t0
+            scores = score_run(ctx)
+            timings["scores"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         log(f"[outputs] label files, figures and the report into {cfg.output}")
         files = write_outputs(ctx, scores[0], command)

@@ -41,6 +41,7 @@ __all__ = [
     "FILE_PART",
     "WorkDir",
     "content_digest",
+    "file_content_identity",
     "file_identity",
     "file_part",
     "fingerprint",
@@ -149,10 +150,10 @@ class WorkDir:
             damaged = [(p, why) for p in present if (why := self._store_damage(p))]
             if len(present) == len(outputs) and not changed and not damaged:
                 return True
-            if changed:
-                reason = f"{_rel(self.root, changed[0])} changed since it was written"
-            elif damaged:
+            if damaged:  # a damaged store's metadata changes too: say the cause
                 reason = f"{_rel(self.root, damaged[0][0])} is damaged: {damaged[0][1]}"
+            elif changed:
+                reason = f"{_rel(self.root, changed[0])} changed since it was written"
             else:
                 reason = "an output is missing"
         elif stamp is not None:
@@ -175,7 +176,15 @@ class WorkDir:
         own: :func:`lsd_dask.io.verify_split`)."""
         fp = fingerprint(key)
         digests = {_rel(self.root, p): d for p in outputs if (d := self._digest(p)) is not None}
-        stamp = {"name": name, "fingerprint": fp, "key": key, "outputs": digests}
+        stamp = {
+            "name": name,
+            "fingerprint": fp,
+            # what later stages key on: the outputs as written, so that an output another
+            # writer or an edit replaced under the same settings is not taken as current
+            "output_fingerprint": fingerprint({"key": fp, "outputs": digests}),
+            "key": key,
+            "outputs": digests,
+        }
         self.write_text(self._stamp_path(name), json.dumps(stamp, default=str))
         return fp
 
@@ -189,7 +198,9 @@ class WorkDir:
         return store_problem(path, storage_options=self.folder.storage_options)
 
     def _digest(self, path: str) -> str | None:
-        """A file's content digest (blake2b, read in 16 MiB blocks); None for a folder."""
+        """A file's content digest (blake2b, read in 16 MiB blocks); None for a folder (a
+        split store: its chunks carry their own checksums, and a resumed ingest stores the
+        same data in another row layout than a fresh one)."""
         fs = self.folder.fs
         if not fs.isfile(path):
             return None
@@ -206,15 +217,16 @@ class WorkDir:
             stem = path.rsplit("/", 1)[-1].removesuffix(".json")
             stamp = self._read_stamp(stem.replace("__", "/"))
             if stamp is not None:
-                out[str(stamp.get("name", stem))] = str(stamp["fingerprint"])
+                out[str(stamp.get("name", stem))] = _output_fingerprint(stamp)
         return out
 
     def fingerprint_of(self, name: str) -> str:
-        """The recorded fingerprint of a finished stage (for its downstream keys)."""
+        """A finished stage's output fingerprint, for its downstream keys: its settings and
+        the digests of what it wrote."""
         stamp = self._read_stamp(name)
         if stamp is None:
             raise RuntimeError(f"stage {name} has no record in {self.root}; it has not run.")
-        return str(stamp["fingerprint"])
+        return _output_fingerprint(stamp)
 
     def remove_partials(self) -> list[Path]:
         """Sweep what killed writers left; log each removal (object storage has none: its
@@ -243,6 +255,12 @@ def fingerprint(key: dict[str, Any]) -> str:
     """A stable hash of a JSON-able key (sorted keys; non-JSON values by ``str``)."""
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _output_fingerprint(stamp: dict[str, Any]) -> str:
+    """A stamp's output fingerprint (a stamp from before they were recorded: its key's,
+    which no current key matches, so what reads it is recomputed once)."""
+    return str(stamp.get("output_fingerprint", stamp["fingerprint"]))
 
 
 def _rel(root: str, path: str) -> str:
@@ -283,6 +301,26 @@ def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
         "mtime_ns": int(max((s.st_mtime_ns for s in stats), default=0)),
         "files": len(files),
     }
+
+
+def file_content_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What identifies an input by its content: path, total size and a SHA-1 of every byte
+    (a folder's files in sorted order, each by its relative path). SHA-1 because it is the
+    fastest of hashlib's here (1.3 GB/s on one core with the CPU's SHA instructions,
+    against 0.35 GB/s for BLAKE2b), faster than a disk delivers; the inputs are not
+    adversarial. Runs anywhere (on the workers, one task per subject)."""
+    p = Path(path)
+    files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file())
+    h = hashlib.sha1()
+    size = 0
+    for q in files:
+        if q != p:
+            h.update(str(q.relative_to(p)).encode() + b"\0")
+        with open(q, "rb") as f:
+            while block := f.read(1 << 24):
+                h.update(block)
+                size += len(block)
+    return {"path": str(p.resolve()), "bytes": size, "sha1": h.hexdigest()}
 
 
 def _differences(old: Any, new: Any, prefix: str = "", limit: int = 3) -> list[str]:

@@ -33,6 +33,40 @@ def test_stamp_records_key_and_a_change_says_what_changed(tmp_path):
         wd.fingerprint_of("svd/split1")
 
 
+def test_downstream_keys_hold_what_a_stage_wrote_not_only_its_settings(tmp_path):
+    """``fingerprint_of`` (what later stages key on) follows the outputs' content: the same
+    settings with other outputs (another writer's, an edit stamped over) give another one;
+    the same content gives the same one, so a deterministic rerun reuses what follows."""
+    wd = WorkDir(tmp_path / "work", lambda line: None)
+    out = wd.u("split1")
+    key = {"svd": {"rank": 100}}
+    fps = []
+    for content in (np.ones(3), np.ones(3), np.zeros(3)):
+        np.save(out, content)
+        wd.record("svd/split1", key, [out])
+        fps.append(wd.fingerprint_of("svd/split1"))
+    assert fps[0] == fps[1] != fps[2]
+    assert wd.fingerprints() == {"svd/split1": fps[2]}
+
+
+def test_an_output_stamped_over_by_another_writer_recomputes_what_reads_it(folder, tmp_path):
+    """A split's U replaced and stamped under the same settings (as a second writer would,
+    without the lock) changes the keys of the fits that read it: split 1's fits run again
+    on it, split 2's are reused."""
+    out = tmp_path / "run"
+    _run(folder, out)
+    wd = WorkDir(out / "work", lambda line: None)
+    stamp = json.loads((out / "work" / "stamps" / "svd__split1.json").read_text())
+    U = np.load(wd.u("split1"))
+    np.save(wd.u("split1"), U[:, ::-1].copy())  # the same columns in another order
+    wd.record("svd/split1", stamp["key"], [wd.u("split1"), wd.s("split1")])
+    _, _, logs = _run(folder, out)
+    assert _recomputed(logs) == {"cluster"}
+    changed = "[cluster] cluster/split1/directional/K4: recomputing (changed: svd "
+    assert any(line.startswith(changed) for line in logs), logs
+    assert "[cluster] split2 directional K=4 done earlier, skipped" in logs
+
+
 def test_output_without_a_stamp_is_not_trusted(tmp_path):
     logs: list[str] = []
     wd = WorkDir(tmp_path / "work", logs.append)
@@ -132,6 +166,43 @@ def test_changed_data_recomputes_everything(folder, tmp_path):
     _same_as_fresh(data, tmp_path, labels, report)
     saved = json.loads((out / "report.json").read_text())
     assert set(saved["fingerprints"]) >= {"mask", "ingest/split1", "svd/split2"}
+
+
+@pytest.mark.parametrize("identity", ["stat", "content"])
+def test_data_rewritten_with_its_size_and_mtime_kept(folder, tmp_path, identity):
+    """Other data of the same size, the file's mtime put back: ``input_identity: stat``
+    (the default) cannot see it and reuses everything, as documented; ``content`` hashes
+    the bytes and recomputes everything."""
+    import shutil
+
+    import nibabel as nib
+
+    data = tmp_path / "data"
+    shutil.copytree(folder, data)
+    raw = yaml.safe_load((data / "pipeline.yaml").read_text())
+    left = data / raw["subjects"][0]["left"]
+
+    def rewrite(reverse: bool) -> None:  # uncompressed, so that the size stays
+        img = nib.load(left)
+        arrays = [d.data for d in img.darrays]
+        for d, a in zip(img.darrays, arrays[::-1] if reverse else arrays, strict=True):
+            d.data, d.encoding = a, "B64BIN"
+        nib.save(img, left)
+
+    rewrite(reverse=False)
+    out = tmp_path / "run"
+    _run(data, out, input_identity=identity)
+    stat = left.stat()
+    rewrite(reverse=True)  # the time points in reverse order
+    os.utime(left, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert left.stat().st_size == stat.st_size
+    report, labels, logs = _run(data, out, input_identity=identity)
+    if identity == "stat":
+        assert _recomputed(logs) == set()
+    else:
+        assert any(line.startswith("[ingest] hashing the content of 8 input") for line in logs)
+        assert _recomputed(logs) == {"mask", "ingest", "svd", "cluster"}
+        _same_as_fresh(data, tmp_path, labels, report, input_identity=identity)
 
 
 def test_label_files_of_a_dropped_k_are_removed_from_the_output(folder, tmp_path):

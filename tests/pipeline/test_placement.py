@@ -1,0 +1,100 @@
+"""The tasks' memory rules against what the tasks allocate, and workers too small for one
+task failing the run in one line before any heavy work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from lsd_dask.io.surface_files import SubjectFiles, write_dtseries, write_func_gifti
+from lsd_dask.linalg import randomized_svd
+from lsd_dask.pipeline import write_study
+from lsd_dask.pipeline.config import PipelineConfig
+from lsd_dask.pipeline.placement import task_bytes
+from lsd_dask.pipeline.preprocess import PreprocessSettings
+from lsd_dask.pipeline.reading import read_subject
+
+
+@pytest.mark.parametrize("kind", ["gifti", "cifti"])
+@pytest.mark.parametrize("preprocess", [False, True])
+def test_an_ingest_task_allocates_no_more_than_its_estimate(tmp_path, kind, preprocess):
+    """tracemalloc counts numpy's and nibabel's allocations: reading, standardising (and
+    preprocessing) one 20,000 x 200 subject peaks within its estimate, and not far below
+    it (a second read, so that imports and caches do not count)."""
+    n1, t = 10_000, 200
+    x = np.random.default_rng(0).standard_normal((2 * n1, t)).astype(np.float32)
+    if kind == "gifti":
+        write_func_gifti(tmp_path / "l.func.gii", x[:n1], hemisphere="left", tr=2.0)
+        write_func_gifti(tmp_path / "r.func.gii", x[n1:], hemisphere="right", tr=2.0)
+        s = SubjectFiles.from_keys("a", left=tmp_path / "l.func.gii", right=tmp_path / "r.func.gii")
+    else:
+        write_dtseries(tmp_path / "a.dtseries.nii", x, [n1, n1], tr=2.0)
+        s = SubjectFiles.from_keys("a", cifti=tmp_path / "a.dtseries.nii")
+    cfg = PipelineConfig(subjects=[s], mesh={}, output=tmp_path / "out")
+    if preprocess:
+        cfg.preprocess = PreprocessSettings.from_mapping(
+            {"detrend": True, "high_pass": 0.01, "t_r": 2.0}, "test", tmp_path
+        )
+
+    class Sink:  # the store's write, minus the file: the standardised array is what counts
+        def write(self, index: int, subject: str, x: np.ndarray) -> int:
+            return x.shape[1]
+
+    kept = np.ones(2 * n1, bool)
+    read_subject(s, cfg, [n1, n1], kept, None, (Sink(), 0))
+    tracemalloc.start()
+    read_subject(s, cfg, [n1, n1], kept, None, (Sink(), 0))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    need = task_bytes(2 * n1, t, 10, preprocess)["ingest"]
+    assert 0.6 * need < peak <= need, (peak, need)
+
+
+def test_an_svd_task_allocates_no_more_than_its_estimate():
+    """One column block through the randomized SVD in one thread: its peak within the
+    estimate (the basis, its product and the block)."""
+    import dask
+
+    n, t, rank = 4000, 300, 40
+    X = np.random.default_rng(0).standard_normal((n, t)).astype(np.float32)
+    import dask.array as da
+
+    A = da.from_array(X, chunks=(n, t))
+    with dask.config.set(scheduler="sync"):
+        tracemalloc.start()
+        U, s, _ = randomized_svd(A, rank, n_power_iter=1, random_state=0)
+        np.asarray(U)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peak <= 2 * task_bytes(n, t, rank, False)["svd"], peak
+
+
+def test_workers_below_one_tasks_memory_fail_in_one_line_before_ingest(tmp_path, study):
+    """Workers of 80 MB (each uses more than that at rest) pause and never resume: the run
+    stops before ingest, in one line giving the memory needed, well within a minute."""
+    write_study(study, tmp_path, fmt="gifti")
+    config = tmp_path / "small.yaml"
+    config.write_text(
+        "type: local\nlocal:\n  n_workers: 1\n  threads_per_worker: 1\n  processes: true\n"
+        "  memory_limit: 80MB\n  host: 127.0.0.1\n  dashboard_address: null\n"
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "lsd_dask.cli", "run", str(tmp_path / "pipeline.yaml"),
+         "--cluster", str(config), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "has a memory limit of 76 MB" in errors[0] and "Give each worker at least" in errors[0]
+    assert "Traceback" not in proc.stderr
+    assert "[ingest]" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "out" / "work" / "split1.zarr").exists()
+    assert elapsed < 60
