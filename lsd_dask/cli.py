@@ -6,6 +6,7 @@ Settings precedence: defaults < the pipeline YAML < these flags.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +40,26 @@ class _Main(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except USER_ERRORS as err:
-            if ctx.params.get("debug"):
+        except Exception as err:
+            storage = _storage_error(err)
+            if ctx.params.get("debug") or not (storage or isinstance(err, USER_ERRORS)):
                 raise
             text = " ".join(str(err).split())
+            if storage:
+                text = f"the object store could not be reached: {text}"
+            # what the failed run abandoned (a storage client's pending coroutines) would
+            # print "Exception ignored" tracebacks as the interpreter exits
+            sys.unraisablehook = lambda unraisable: None
             raise click.ClickException(f"{text} (--debug shows the traceback)") from None
+
+
+def _storage_error(err: BaseException) -> bool:
+    """An error of the object-store clients (botocore's and aiohttp's connection errors are
+    not OSError): a lost or unreachable S3 endpoint."""
+    return any(c.__module__.split(".")[0] in _STORAGE_LIBRARIES for c in type(err).__mro__)
+
+
+_STORAGE_LIBRARIES = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs"})
 
 
 def _pem_option(flag: str, help: str):
@@ -174,8 +190,20 @@ def _run_locked(
             )
         security = {k: str(v) for k, v in tls.items()} | {"require_encryption": True}
         target = {"type": "remote", "remote": {"address": scheduler, "security": security}}
-    with connect(target):
+    with connect(target) as client:
+        if client.cluster is not None and not click.get_current_context().find_root().params.get(
+            "debug"
+        ):
+            # workers this command started print their failed tasks' tracebacks too
+            client.run(_quiet_worker_logs)
         run_pipeline(cfg, command=_command_line(), lock=lock)
+
+
+def _quiet_worker_logs() -> None:
+    """In a worker process: its "Compute Failed" records dropped (the run's error says it)."""
+    logger = logging.getLogger("distributed.worker")
+    if _drop_compute_failed not in logger.filters:
+        logger.addFilter(_drop_compute_failed)
 
 
 @main.command()

@@ -95,9 +95,12 @@ class WorkLock:
             self._stop.set()
             self._beat.join()
             self._beat = None
-            holder = self._read_lease()
-            if holder is not None and holder.get("id") == self.owner["id"]:
-                self.folder.fs.rm(self._lease_path)
+            try:
+                holder = self._read_lease()
+                if holder is not None and holder.get("id") == self.owner["id"]:
+                    self.folder.fs.rm(self._lease_path)
+            except Exception:  # the store gone: the lease expires by itself (LEASE_S)
+                pass
 
     # local ------------------------------------------------------------------
     def _acquire_local(self) -> None:

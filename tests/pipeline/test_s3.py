@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -22,9 +24,10 @@ pytest.importorskip("moto.server")
 BUCKET = "lsd-test"
 
 
-@pytest.fixture(scope="module")
-def s3_options():
-    """``moto_server`` on a free loopback port, and the fsspec options that reach it."""
+@contextmanager
+def _moto_server() -> Iterator[tuple[subprocess.Popen, dict]]:
+    """``moto_server`` on a free loopback port with the test bucket, and the fsspec
+    options that reach it; the server never outlives the block."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -33,36 +36,45 @@ def s3_options():
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail("moto_server did not start")
-            time.sleep(0.2)
-    options = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
-    }
-    import boto3
-
-    request = boto3.client(
-        "s3",
-        endpoint_url=options["client_kwargs"]["endpoint_url"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
     try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("moto_server did not start")
+                time.sleep(0.2)
+        options = {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {
+                "endpoint_url": f"http://127.0.0.1:{port}",
+                "region_name": "us-east-1",
+            },
+        }
+        import boto3
+
+        request = boto3.client(
+            "s3",
+            endpoint_url=options["client_kwargs"]["endpoint_url"],
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
         request.create_bucket(Bucket=BUCKET)
-        yield options
-    finally:  # the server never outlives the module, even when setting up failed
+        yield proc, options
+    finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def s3_options():
+    """A moto server for the module: the fsspec options that reach it."""
+    with _moto_server() as (_, options):
+        yield options
 
 
 def _run(folder, out, scheduler, *extra):
@@ -143,3 +155,43 @@ def test_a_work_folder_on_object_storage_is_leased_to_one_run(s3_options):
     fs.pipe(f"{url}/lock.json", _json.dumps(stale).encode())
     with WorkLock(folder) as lock:
         assert _json.loads(fs.cat(f"{url}/lock.json"))["id"] == lock.owner["id"]
+
+
+def test_a_lost_object_store_ends_the_run_in_one_line(tmp_path, write_tiny_study):
+    """The S3 server killed once the SVD starts: the run ends with one line saying the
+    object store could not be reached, no traceback, well within a minute."""
+    write_tiny_study(tmp_path, 3)
+    with _moto_server() as (server, options):
+        raw = yaml.safe_load((tmp_path / "pipeline.yaml").read_text())
+        raw.update(storage_options=options, work=f"s3://{BUCKET}/lost/work", ks=[3])
+        raw["svd"]["rank"] = 20
+        (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+        log = tmp_path / "run.log"
+        with open(log, "w") as f:
+            run = subprocess.Popen(
+                [sys.executable, "-m", "lsd_dask.cli", "run", str(tmp_path / "pipeline.yaml"),
+                 "--out", str(tmp_path / "out"), "--cluster", str(_local_config(tmp_path))],
+                stdout=f, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while "[svd]" not in log.read_text() and run.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        server.kill()
+        t0 = time.monotonic()
+        rc = run.wait(timeout=120)
+    text = log.read_text()
+    assert rc != 0, text
+    errors = [line for line in text.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "the object store could not be reached" in errors[0], text
+    assert "Traceback" not in text, text
+    assert time.monotonic() - t0 < 60
+
+
+def _local_config(tmp_path):
+    """A LocalCluster of two worker processes on loopback, without a dashboard."""
+    path = tmp_path / "local.yaml"
+    local = {"n_workers": 2, "threads_per_worker": 1, "processes": True, "host": "127.0.0.1",
+             "dashboard_address": None}  # fmt: skip
+    path.write_text(yaml.safe_dump({"type": "local", "local": local}))
+    return path
