@@ -252,6 +252,57 @@ def test_a_replaced_mesh_recomputes_the_mesh_smoothed_ingest(folder, tmp_path):
     _same_as_fresh(study, tmp_path, labels, report, **smooth)
 
 
+def test_flipped_mesh_edges_recompute_the_spatial_fits(folder, tmp_path):
+    """A Potts fit reads the mesh's edges: 20 edges flipped (the same vertices and edge
+    count) refit every spatial fit and nothing before it, and the labels equal a fresh
+    run's."""
+    import shutil
+
+    from lsd_dask.io.surface_files import load_mesh, write_surface_gifti
+    from lsd_dask.surface import Mesh
+
+    study = tmp_path / "study"
+    shutil.copytree(folder, study)
+    out = tmp_path / "run"
+    potts = {"spatial_weight": 1.0}
+    _run(study, out, **potts)
+    mesh = load_mesh(study / "lh.surf.gii")
+    faces = _flip_edges(mesh.faces, 20)
+    assert not np.array_equal(np.sort(faces, axis=1), np.sort(mesh.faces, axis=1))
+    write_surface_gifti(study / "lh.surf.gii", Mesh(mesh.vertices, faces), hemisphere="left")
+    report, labels, logs = _run(study, out, **potts)
+    assert _recomputed(logs) == {"cluster"}
+    assert any("recomputing (changed: params.connectivity" in line for line in logs), logs
+    _same_as_fresh(study, tmp_path, labels, report, **potts)
+
+
+def _flip_edges(faces: np.ndarray, n: int) -> np.ndarray:
+    """``faces`` with ``n`` interior edges flipped: triangles (a, b, c) and (b, a, d)
+    become (c, a, d) and (d, b, c); each face takes part in one flip at most."""
+    faces = faces.copy()
+    owner: dict[tuple[int, int], int] = {}
+    used: set[int] = set()
+    flipped = 0
+    for f, tri in enumerate(faces.tolist()):
+        for i in range(3):
+            a, b = tri[i], tri[(i + 1) % 3]
+            g = owner.get((b, a))
+            if g is None or g in used or f in used:
+                owner[(a, b)] = f
+                continue
+            c = tri[(i + 2) % 3]
+            d = next(v for v in faces[g].tolist() if v not in (a, b))
+            if c == d:
+                continue
+            faces[f], faces[g] = (c, a, d), (d, b, c)
+            used |= {f, g}
+            flipped += 1
+            break
+        if flipped == n:
+            return faces
+    raise ValueError("not enough edges to flip")
+
+
 def test_an_edited_output_is_recomputed_not_reused(folder, tmp_path):
     """Each stamp records its output files' digests: labels edited in the work folder
     (with their stamp untouched) are fitted again, and say why."""
