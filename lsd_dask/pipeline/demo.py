@@ -81,5 +81,5 @@ def run_demo(
             f"  {r['method']:<18} K={r['k']:<4} Dice {r['dice']:.3f}  "
             f"null {r['null_dice_mean']:.3f}  NMI {r['nmi']:.3f}  ARI {r['ari']:.3f}"
         )
-    log(f"\noutputs: {cfg.output}")
+    log(f"\noutputs: {cfg.output}; open {cfg.output / 'report.html'}")
     return report

@@ -80,8 +80,8 @@ def run_pipeline(
         timings["total"] = time.perf_counter() - t_start
         report = write_report(ctx, scores, files, timings, command)
         log(
-            f"[done] outputs in {cfg.output} ({timings['total']:.1f} s); report: "
-            f"{cfg.output / 'report.json'}"
+            f"[done] outputs in {cfg.output} ({timings['total']:.1f} s); open "
+            f"{cfg.output / 'report.html'} (the scores as data: report.json)"
         )
         return report
     finally:

@@ -41,6 +41,8 @@ def write_study(
 
     ``compare_atlases``: the pipeline file's ``compare_atlases`` (none when None).
 
+    ``rank`` is the SVD rank written, at most half of the smaller split's time points.
+
     ``study`` is a :class:`~lsd_dask.datasets.SurfaceStudy` or a
     :class:`~lsd_dask.datasets.RealisticStudy`. When it has a ``cortex`` mask, CIFTI files
     leave the other vertices out of their brain models and carry a subcortical block, as
@@ -86,7 +88,9 @@ def write_study(
         "ks": [max(2, study.n_parcels // 2), study.n_parcels],
         "svd": {
             "method": "randomized",
-            "rank": int(rank),
+            # at most half of a split's time points: more would approach whitened data
+            # (the pipeline warns), which a small study would otherwise always hit
+            "rank": int(min(rank, max(1, _split_columns(study) // 2))),
             "n_power_iter": 2,
         },
         "output": "results",
@@ -144,3 +148,8 @@ def synthesize_realistic(
 
 
 _OTHER = {"vosdewael": "schaefer", "schaefer": "vosdewael"}
+
+
+def _split_columns(study: Any) -> int:
+    """The time points of the study's smaller split (its SVD's width)."""
+    return int(study.n_timepoints) * min(len(ids) for ids in study.splits.values())

@@ -21,6 +21,8 @@ def test_held_out_scores_equal_the_measures_on_the_other_splits_features(tmp_pat
     cfg = load_config(tmp_path / "pipeline.yaml", ks=[5, 10], null_repeats=4)
     logs: list[str] = []
     report = run_pipeline(cfg, log=logs.append)
+    # the last line names the page to open
+    assert logs[-1].startswith("[done]") and f"open {cfg.output / 'report.html'}" in logs[-1]
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
     m = study.meshes

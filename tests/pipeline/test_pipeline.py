@@ -192,6 +192,13 @@ def test_cli_run_and_synth(tmp_path):
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     assert report["config"]["ks"] == [4] and report["config"]["svd"]["rank"] == 30
     assert "Dask dashboard" in res.output
+    # the study's own rank: half of a split's 2 x 40 time points, so no rank warning
+    written = yaml.safe_load((tmp_path / "s" / "pipeline.yaml").read_text())
+    assert written["svd"]["rank"] == 40
+    res = runner.invoke(cli.main, ["run", str(tmp_path / "s" / "pipeline.yaml"), "--k", "4",
+                                   "--out", str(tmp_path / "o2")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "warning" not in res.output
 
 
 def test_lsd_above_the_svd_rank_fails_before_any_stage(tmp_path, study):
