@@ -233,7 +233,10 @@ def parcel_colours(
     parcels that touch on the mesh in any of the labellings get far-apart colours.
 
     Greedy: parcels in decreasing size each take the palette colour furthest (in RGB) from
-    the colours of their neighbours coloured so far, the least used one on ties.
+    the colours of their neighbours coloured so far, the least used one on ties. Parcels
+    that share a palette colour get shades of it (lighter and darker in turn), so that
+    every parcel's colour is its own in 8-bit RGB: in a viewer or a legend a colour names
+    one parcel.
     """
     palette = _palette()
     A = sp.coo_matrix(adjacency)
@@ -261,12 +264,54 @@ def parcel_colours(
         colour[p] = best[np.argmin(used[best])]
         used[colour[p]] += 1
     out = np.empty((n_labels + 1, 4))
-    out[0] = (0.8, 0.8, 0.8, 1.0)
+    out[0] = BACKGROUND_RGBA
     out[1:] = palette[colour[1:]]
-    return out
+    return _distinct(out, colour)
+
+
+#: the colour of id 0 (unlabelled: the medial wall) wherever a run writes it
+BACKGROUND_RGBA = (0.8, 0.8, 0.8, 1.0)
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _distinct(rgba: np.ndarray, family: np.ndarray) -> np.ndarray:
+    """Each row 1.. its own 8-bit RGB: the j-th parcel of a palette colour (j = 1, 2, ...)
+    shaded by a step of 0.6 / (its count) toward white (odd j) or black (even j), less
+    where the shade would turn grey (channel spread under 0.16); then
+    any 8-bit collision left (with another family or the background) nudged one level
+    at a time."""
+    out = rgba.copy()
+    counts = np.bincount(family[1:], minlength=int(family.max(initial=0)) + 1)
+    seen = np.zeros_like(counts)
+    for p in range(1, len(out)):
+        c = family[p]
+        j = seen[c]
+        seen[c] += 1
+        if j == 0:
+            continue
+        step = 0.6 * ((j + 1) // 2) / counts[c]
+        # shades keep their colourfulness: never as grey as the background reads
+        step = min(step, max(0.0, 1.0 - 0.16 / max(float(np.ptp(out[p, :3])), 1e-9)))
+        target = 1.0 if j % 2 else 0.0
+        out[p, :3] = out[p, :3] + step * (target - out[p, :3])
+    taken: set[tuple[int, ...]] = {_rgb8(out[0])}
+    for p in range(1, len(out)):
+        key = _rgb8(out[p])
+        k = 0
+        while key in taken:  # rare: a shade that lands on another colour
+            k += 1
+            channel = k % 3
+            level = round(255 * out[p, channel])
+            out[p, channel] = (level + (1 if level < 128 else -1)) / 255
+            key = _rgb8(out[p])
+        taken.add(key)
+    return out
+
+
+def _rgb8(row: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(round(255 * float(v))) for v in row[:3])
 
 
 def _palette() -> np.ndarray:

@@ -65,6 +65,24 @@ def test_neighbouring_parcels_get_different_colours():
     assert np.all(np.ptp(colours[1:, :3], axis=1) > 0.15)
 
 
+@given(k=st.integers(2, 600), seed=st.integers(0, 2**16))
+@settings(max_examples=15, deadline=None)
+def test_every_parcel_has_its_own_colour(k, seed):
+    """More parcels than the palette has colours: still one 8-bit RGB per parcel, none the
+    background's, and neighbours still apart in colour."""
+    mesh = icosphere(12, radius=50.0)
+    A = mesh.adjacency()
+    k = min(k, mesh.n_vertices // 2)
+    labels = grow_regions(A, k, random_state=seed) + 1
+    n = int(labels.max())
+    colours = parcel_colours([labels], A, n)
+    rgb8 = {tuple(np.round(255 * c[:3]).astype(int)) for c in colours}
+    assert len(rgb8) == n + 1
+    E = sp.triu(sp.coo_matrix(A), k=1)
+    a, b = labels[E.row], labels[E.col]
+    assert not np.all(colours[a[a != b]] == colours[b[a != b]], axis=1).any()
+
+
 def test_convexity_of_a_sphere_is_outward_everywhere():
     mesh = icosphere(8, radius=50.0)
     c = convexity(mesh)

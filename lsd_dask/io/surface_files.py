@@ -3,7 +3,8 @@
 Readers return one subject as ``(n_vertices, n_timepoints)`` float32 with the left
 hemisphere first, plus the per-hemisphere vertex counts. Writers produce files that
 Connectome Workbench and nilearn open: ``.label.gii`` per hemisphere and ``.dlabel.nii``
-(CIFTI-2 dense label) for CIFTI inputs. Label 0 is background (``???``), parcels from 1.
+(CIFTI-2 dense label) for CIFTI inputs. Label 0 is ``Background`` (as in the run's
+``_dseg.tsv``), transparent; parcels from 1.
 """
 
 from __future__ import annotations
@@ -225,13 +226,15 @@ def load_mesh(
 def label_table(
     n_labels: int, *, colours: np.ndarray | None = None, seed: int = 0
 ) -> dict[int, tuple[str, tuple[float, ...]]]:
-    """Names and RGBA colours for labels 0..n_labels (0 = background ``???``).
+    """Names and RGBA colours for labels 0..n_labels: 0 is ``Background``, transparent
+    (the surface shows through), in ``colours[0]``'s RGB when given.
 
     Names are ``parcel0001``... (as in the run's ``_dseg.tsv``). ``colours``: RGB(A) rows
     in [0, 1] for ids 0..n_labels; None draws seeded random colours.
     """
     rng = np.random.default_rng(seed)
-    table = {0: ("???", (0.0, 0.0, 0.0, 0.0))}
+    r0, g0, b0 = (0.0, 0.0, 0.0) if colours is None else (float(v) for v in colours[0][:3])
+    table = {0: ("Background", (r0, g0, b0, 0.0))}
     for i in range(1, n_labels + 1):
         if colours is not None:
             r, g, b = (float(v) for v in np.asarray(colours)[i][:3])

@@ -119,9 +119,12 @@ def test_nilearn_plots_each_dseg_with_its_own_table(run):
         right = nib.load(str(gii).replace("hemi-L_", "hemi-R_")).darrays[0].data
         both = np.concatenate([img.darrays[0].data, right])
         assert set(np.unique(both)) == set(lut["index"])  # one table for both hemispheres
-        # the label file's table agrees with the TSV
+        # the label file's table agrees with the TSV, key 0 included (by name and RGB)
         table = {lb.key: lb.rgba for lb in img.labeltable.labels}
-        for _, row in lut.iloc[1:].iterrows():
+        assert img.labeltable.get_labels_as_dict()[0] == "Background"
+        # one colour per parcel: a colour in the viewer or the legend names one parcel
+        assert lut["color"].is_unique
+        for _, row in lut.iterrows():
             if row["index"] not in table:
                 continue  # a parcel of the right hemisphere only
             rgb = tuple(int(round(255 * c)) for c in table[row["index"]][:3])
