@@ -58,8 +58,8 @@ A pipeline YAML looks like::
     held_out: [splits]             # the held-out scores: each split's parcels on the other
                                    # split's data; add time_halves to fit each method on one
                                    # half of a split's time points and score it on the other
-                                   # (pipeline/evaluate_halves.py: about one more SVD and
-                                   # cluster stage)
+                                   # (pipeline/evaluate_halves.py: twice the fits, and
+                                   # their scores, again)
     compare_atlases: []            # published parcellations scored beside the run's:
                                    # schaefer_100..400, vosdewael_100..400 (32k_fs_LR), or
                                    # {name: x, dlabel: f.dlabel.nii} / {name: x, left: lh.annot,
