@@ -45,6 +45,7 @@ __all__ = [
     "EvaluationStage",
     "atlas_rows",
     "held_out_scores",
+    "load_result",
     "log_means",
     "MAX_DIST_MM",
     "mean_of",
@@ -67,6 +68,12 @@ MEASURES = ("homogeneity", "dcbc", "silhouette", "pca_homogeneity")
 #: 58.6 million pairs within 35 mm)
 NULL_VERTICES = 1000
 NULL_PAIRS = 60_000
+
+
+def load_result(ctx: RunContext, unit: Unit) -> dict[str, Any]:
+    """A scored unit's saved result (its JSON output)."""
+    result: dict[str, Any] = json.loads(ctx.wd.read_text(unit.outputs[0]))
+    return result
 
 
 class EvaluationStage:
@@ -111,9 +118,7 @@ class EvaluationStage:
             for k in cfg.ks
         ]
 
-    def load(self, ctx: RunContext, unit: Unit) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(ctx.wd.read_text(unit.outputs[0]))
-        return result
+    load = staticmethod(load_result)
 
     def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
         wd, log, kept = ctx.wd, ctx.log, ctx.kept

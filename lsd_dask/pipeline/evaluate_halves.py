@@ -36,7 +36,15 @@ import numpy as np
 from .. import evaluation as ev
 from ..io.zarr_store import open_split
 from .blur import chosen_blurs
-from .evaluate import held_out_scores, log_means, mean_of, scoring_key, spin_nulls, vertex_pairs
+from .evaluate import (
+    held_out_scores,
+    load_result,
+    log_means,
+    mean_of,
+    scoring_key,
+    spin_nulls,
+    vertex_pairs,
+)
 from .fits import estimator_key, fit_labels
 from .methods import MethodSpec
 from .stages import RunContext, Unit
@@ -87,9 +95,7 @@ class TimeHalvesStage:
             for k in cfg.ks
         ]
 
-    def load(self, ctx: RunContext, unit: Unit) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(ctx.wd.read_text(unit.outputs[0]))
-        return result
+    load = staticmethod(load_result)
 
     def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
         wd, log, kept = ctx.wd, ctx.log, ctx.kept

@@ -25,11 +25,7 @@ def test_held_out_scores_equal_the_measures_on_the_other_splits_features(tmp_pat
     assert logs[-1].startswith("[done]") and f"open {cfg.output / 'report.html'}" in logs[-1]
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
-    m = study.meshes
-    sizes = [m["left"].n_vertices, m["right"].n_vertices]
-    A = mesh_adjacency([m["left"].faces, m["right"].faces], sizes)[kept][:, kept].tocsr()
-    V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
-    pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM)
+    V, A, pairs = _kept_mesh_and_pairs(study, kept)
     Z2 = unit_rows(np.load(work / "split2_U.npy") * np.load(work / "split2_s.npy"))
     for row in report["scores"]:
         k = row["k"]
@@ -108,11 +104,7 @@ def test_time_halves_score_each_half_fit_on_the_other_half(tmp_path, study):
     report = run_pipeline(cfg, log=logs.append)
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
-    m = study.meshes
-    sizes = [m["left"].n_vertices, m["right"].n_vertices]
-    A = mesh_adjacency([m["left"].faces, m["right"].faces], sizes)[kept][:, kept].tocsr()
-    V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
-    pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM)
+    V, A, pairs = _kept_mesh_and_pairs(study, kept)
     saved = json.loads((work / "evaluation" / "halves_directional_K6.json").read_text())
     (spec,) = parse_methods(["directional"], {})
     for split in ("split1", "split2"):
@@ -159,3 +151,13 @@ def test_held_out_names_what_it_may_hold(tmp_path, study, value):
     (tmp_path / "pipeline.yaml").write_text(text + f"\nheld_out: {value}\n")
     with pytest.raises(ValueError, match=r"^held_out: a list of splits and time_halves"):
         load_config(tmp_path / "pipeline.yaml")
+
+
+def _kept_mesh_and_pairs(study, kept):
+    """The kept vertices' coordinates, adjacency and pairs within 35 mm, from the study's
+    own meshes (not the pipeline's)."""
+    m = study.meshes
+    sizes = [m["left"].n_vertices, m["right"].n_vertices]
+    A = mesh_adjacency([m["left"].faces, m["right"].faces], sizes)[kept][:, kept].tocsr()
+    V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
+    return V, A, ev.geodesic_pairs(V, A, MAX_DIST_MM)
