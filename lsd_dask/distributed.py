@@ -13,7 +13,6 @@ names (``cores``, ``memory``, ``job-extra-directives``, ...; hyphens or undersco
 
 from __future__ import annotations
 
-import _thread
 import difflib
 import logging
 import os
@@ -124,14 +123,13 @@ PAUSED_LIMIT_S = 60.0
 
 class PausedWorkers:
     """Ends the work in this ``with`` block when every worker of ``client`` has been paused
-    for ``limit_s``: the main thread gets :class:`MemoryError` with one line naming a
+    for ``limit_s``: the block gets :class:`MemoryError` with one line naming a
     worker's memory and limit (it would otherwise wait for ever). A worker the nanny keeps
     restarting ends the run already: its tasks fail with ``KilledWorker`` after
     ``distributed.scheduler.allowed-failures`` restarts.
 
     The check polls the scheduler from a thread of its own every ``poll_s``; without a
-    client, or outside the main thread (where the error could not be raised), it does
-    nothing.
+    client it does nothing.
     """
 
     def __init__(
@@ -143,7 +141,7 @@ class PausedWorkers:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> PausedWorkers:
-        if self.client is not None and threading.current_thread() is threading.main_thread():
+        if self.client is not None:
             self._thread = threading.Thread(target=self._watch, daemon=True, name="paused")
             self._thread.start()
         return self
@@ -152,8 +150,20 @@ class PausedWorkers:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self.reason is not None and (kind is None or issubclass(kind, KeyboardInterrupt)):
+        if self.reason is not None:  # whatever the waiting call raised, this is why
             raise MemoryError(self.reason) from None
+
+    def _end(self) -> None:
+        """Stop what the block waits for: the client's futures are cancelled, so that
+        whichever thread waits on them gets the error (no signal: a notebook's kernel or
+        a test runner may handle those itself)."""
+        from distributed import Future
+
+        client = self.client
+        assert client is not None
+        futures = [Future(key, client) for key in list(client.futures)]
+        if futures:
+            client.cancel(futures, force=True, msg=self.reason)
 
     def _watch(self) -> None:
         since: float | None = None
@@ -177,7 +187,7 @@ class PausedWorkers:
                     "worker more memory (memory_limit), or fewer threads per worker, or lower "
                     "svd.rank."
                 )
-                _thread.interrupt_main()
+                self._end()
                 return
 
 
