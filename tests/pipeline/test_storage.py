@@ -130,14 +130,22 @@ def test_a_killed_svd_worker_says_what_memory_the_rank_needs(tmp_path):
     from lsd_dask.pipeline.ingest import IngestStage
     from lsd_dask.pipeline.run import preflight
     from lsd_dask.pipeline.stages import RunContext, run_stage
+    from lsd_dask.pipeline.svd import SvdStage
 
     # the stores are written first, here: the test is about the SVD's memory
-    with RunContext.open(cfg, lambda s: None, preflight(cfg)[0]) as ctx:
+    meshes = preflight(cfg)[0]
+    with RunContext.open(cfg, lambda s: None, meshes) as ctx:
         run_stage(IngestStage(), ctx)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with connect(cfg.cluster, log=None):
-            with pytest.raises(MemoryError) as info:
+            # a run stops before any work: its preflight sees the task above the workers
+            with pytest.raises(MemoryError, match=r"Give each worker at least \d+ MB") as pre:
                 run_pipeline(cfg, log=lambda s: None)
+            assert "an SVD task at rank 1000" in str(pre.value)
+            # the SVD stage itself, past that check, says the same when its worker dies
+            with RunContext.open(cfg, lambda s: None, meshes) as ctx:
+                with pytest.raises(MemoryError) as info:
+                    run_stage(SvdStage(), ctx)
     text = str(info.value)
     assert f"about {need / 2**20:.0f} MB" in text and "svd.rank" in text and "split1" in text
     assert "per thread" in text
