@@ -150,7 +150,7 @@ class WorkDir:
             damaged = [(p, why) for p in present if (why := self._store_damage(p))]
             if len(present) == len(outputs) and not changed and not damaged:
                 return True
-            if damaged:  # a damaged store's metadata changes too: say the cause
+            if damaged:  # the cause, when a store says what is wrong with it
                 reason = f"{_rel(self.root, damaged[0][0])} is damaged: {damaged[0][1]}"
             elif changed:
                 reason = f"{_rel(self.root, changed[0])} changed since it was written"
