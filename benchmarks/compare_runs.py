@@ -4,8 +4,8 @@
 
 Compares, between two output folders of ``lsd-dask run`` (or ``demo``'s ``results``):
 
-- every file under ``labels/`` (GIFTI, CIFTI, look-up tables, sidecars) and every
-  ``work/labels/*.npy``, byte for byte;
+- every label file under ``tpl-*/anat/`` (GIFTI, CIFTI, look-up tables, sidecars) and
+  every ``work/labels/*.npy``, byte for byte;
 - every score row of ``report.json`` (``scores``) and the blur choices
   (``feature_blur``), value for value.
 
@@ -29,16 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     problems: list[str] = []
     n_files = 0
-    for pattern in ("labels/*", "work/labels/*.npy"):
-        names_a = {p.name for p in args.a.glob(pattern)}
-        names_b = {p.name for p in args.b.glob(pattern)}
+    for pattern in ("tpl-*/anat/*", "work/labels/*.npy"):
+        names_a = {p.relative_to(args.a).as_posix() for p in args.a.glob(pattern)}
+        names_b = {p.relative_to(args.b).as_posix() for p in args.b.glob(pattern)}
         for name in sorted(names_a ^ names_b):
-            problems.append(f"{pattern}: {name} is in one run only")
+            problems.append(f"{name} is in one run only")
         for name in sorted(names_a & names_b):
             n_files += 1
-            sub = pattern.rsplit("/", 1)[0]
-            if (args.a / sub / name).read_bytes() != (args.b / sub / name).read_bytes():
-                problems.append(f"{sub}/{name} differs")
+            if (args.a / name).read_bytes() != (args.b / name).read_bytes():
+                problems.append(f"{name} differs")
     reports = [json.loads((d / "report.json").read_text()) for d in (args.a, args.b)]
     rows = [{(r["method"], r["k"]): r for r in rep["scores"]} for rep in reports]
     if rows[0].keys() != rows[1].keys():

@@ -20,6 +20,7 @@ import numpy as np
 
 __all__ = [
     "PARTIAL",
+    "atomic_copy",
     "atomic_path",
     "atomic_save_npy",
     "atomic_write_text",
@@ -58,6 +59,13 @@ def atomic_save_npy(path: str | os.PathLike[str], arr: Any) -> Path:
     """``np.save`` to ``path`` atomically."""
     with atomic_path(path) as tmp:
         np.save(tmp, np.asarray(arr))
+    return Path(path)
+
+
+def atomic_copy(source: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """Copy the file ``source`` to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        shutil.copyfile(source, tmp)
     return Path(path)
 
 

@@ -1,87 +1,82 @@
 """BIDS-derivatives names and metadata for the parcellations a run writes.
 
-A parcellation of split ``split1`` by a method ``directional`` at K = 200 on the 32k_fs_LR
-mesh is written as::
+Each parcellation a run makes is a group atlas on a surface template (BIDS 1.11's atlas
+derivatives): a parcellation of split ``split1`` by a method ``directional`` at K = 200 on
+the 32k_fs_LR mesh is written as::
 
-    hemi-L_space-fsLR_seg-directional_den-32k_desc-K200split1_dseg.label.gii
-    hemi-R_space-fsLR_seg-directional_den-32k_desc-K200split1_dseg.label.gii
-    space-fsLR_seg-directional_den-32k_desc-K200split1_dseg.dlabel.nii   (CIFTI input)
-    space-fsLR_seg-directional_den-32k_desc-K200split1_dseg.tsv          (look-up table)
-    space-fsLR_seg-directional_den-32k_desc-K200split1_dseg.json         (sidecar)
+    tpl-fsLR/anat/tpl-fsLR_hemi-L_atlas-directional_scale-200_den-32k_desc-split1_dseg.label.gii
+    tpl-fsLR/anat/tpl-fsLR_hemi-R_atlas-directional_scale-200_den-32k_desc-split1_dseg.label.gii
+    tpl-fsLR/anat/tpl-fsLR_atlas-directional_scale-200_den-32k_desc-split1_dseg.dlabel.nii
+    tpl-fsLR/anat/tpl-fsLR_atlas-directional_scale-200_den-32k_desc-split1_dseg.tsv
+    tpl-fsLR/anat/tpl-fsLR_atlas-directional_scale-200_den-32k_desc-split1_dseg.json
+    atlas-directional_description.json
 
-Entities follow BIDS's order (``hemi``, ``space``, ``seg``, ``den``, ``desc``), labels are
-alphanumeric (a method named ``spherical_kmeans`` becomes ``seg-sphericalkmeans``), and the
-splits go into ``desc``: BIDS reserves the ``split-`` entity for split files of one
-recording. The look-up table (``index``, ``name``, ``color``) is the one BIDS describes for
-``dseg`` files, and nilearn reads it as a colour map as it is.
+``tpl`` is the surface template (``fsLR``, ``fsaverage``; ``custom`` for any other mesh,
+whose surfaces go into ``surfaces/`` and are named by each sidecar's ``SpatialReference``),
+``atlas`` the method, ``scale`` the number of clusters K, ``den`` the mesh density and
+``desc`` the split (BIDS reserves ``split-`` for split files of one recording). Entities
+come in the order of the BIDS schema (``bidsschematools``); labels are letters and digits
+only, so a method named ``spherical_kmeans`` becomes ``atlas-sphericalkmeans``. The look-up
+table (``index``, ``name``, ``color``) is the one BIDS describes for ``dseg`` files.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from .atomic import atomic_write_text
 
 __all__ = [
     "BIDS_IGNORE",
-    "ENTITY_ORDER",
+    "BIDS_VERSION",
+    "atlas_description",
+    "atlas_folder",
     "bids_label",
     "bids_name",
     "dataset_description",
+    "density_description",
+    "entity_order",
+    "find_atlas_folder",
     "lookup_table",
     "parse_bids_name",
-    "surface_space",
+    "surface_template",
+    "write_citation",
 ]
 
-#: BIDS's order of the entities a file name may carry (the schema's ``rules.entities``)
-ENTITY_ORDER = (
-    "sub",
-    "ses",
-    "sample",
-    "task",
-    "tracksys",
-    "acq",
-    "nuc",
-    "voi",
-    "ce",
-    "trc",
-    "stain",
-    "rec",
-    "dir",
-    "run",
-    "mod",
-    "echo",
-    "flip",
-    "inv",
-    "mt",
-    "part",
-    "proc",
-    "hemi",
-    "space",
-    "split",
-    "recording",
-    "chunk",
-    "seg",
-    "res",
-    "den",
-    "label",
-    "desc",
-)
+#: the BIDS version the derivative follows (atlas derivatives arrived in 1.11)
+BIDS_VERSION = "1.11.0"
 
-#: vertices per hemisphere -> (space, density) of the standard surface meshes
-_SPACES = {
-    10242: ("fsaverage", "10k"),
-    40962: ("fsaverage", "41k"),
-    163842: ("fsaverage", "164k"),
-    32492: ("fsLR", "32k"),
-    59292: ("fsLR", "59k"),
+#: vertices per hemisphere -> (template, density, what the density means)
+_TEMPLATES = {
+    10242: ("fsaverage", "10k", "fsaverage5: 10,242 vertices per hemisphere"),
+    40962: ("fsaverage", "41k", "fsaverage6: 40,962 vertices per hemisphere"),
+    163842: ("fsaverage", "164k", "fsaverage: 163,842 vertices per hemisphere"),
+    32492: ("fsLR", "32k", "32k_fs_LR: 32,492 vertices per hemisphere"),
+    59292: ("fsLR", "59k", "59k_fs_LR: 59,292 vertices per hemisphere"),
 }
 _LABEL = re.compile(r"^[A-Za-z0-9]+$")
+
+#: what a run writes beside the BIDS files, for the BIDS validator to skip (``.bidsignore``;
+#: the validator matches a folder by its bare name, ``work``, not ``work/``)
+BIDS_IGNORE = ("report.json", "report.html", "*.png", "*.log", "work", "surfaces")
+
+
+@functools.cache
+def entity_order() -> tuple[str, ...]:
+    """The short names of BIDS's entities in the order a file name gives them, read from
+    the BIDS schema that ``bidsschematools`` ships (``rules.entities``)."""
+    from bidsschematools import schema
+
+    loaded = schema.load_schema()
+    return tuple(str(loaded.objects.entities[key]["name"]) for key in loaded.rules.entities)
 
 
 def bids_label(value: str) -> str:
@@ -93,13 +88,14 @@ def bids_label(value: str) -> str:
     return label
 
 
-def bids_name(entities: dict[str, str], suffix: str, extension: str) -> str:
+def bids_name(entities: Mapping[str, str], suffix: str, extension: str) -> str:
     """``key-value`` pairs in BIDS order, then ``_suffix`` and the extension."""
-    unknown = sorted(set(entities) - set(ENTITY_ORDER))
+    order = entity_order()
+    unknown = sorted(set(entities) - set(order))
     if unknown:
         raise ValueError(f"not BIDS entities: {unknown}.")
     parts = []
-    for key in ENTITY_ORDER:
+    for key in order:
         if key in entities:
             value = str(entities[key])
             if not _LABEL.match(value):
@@ -111,6 +107,7 @@ def bids_name(entities: dict[str, str], suffix: str, extension: str) -> str:
 def parse_bids_name(name: str) -> tuple[dict[str, str], str, str]:
     """``(entities, suffix, extension)`` of a BIDS file name; a ValueError names the part
     that breaks the rules (unknown entity, order, label characters, missing suffix)."""
+    order = entity_order()
     stem, dot, ext = name.partition(".")
     *pairs, suffix = stem.split("_")
     if not suffix or "-" in suffix or not _LABEL.match(suffix):
@@ -119,11 +116,11 @@ def parse_bids_name(name: str) -> tuple[dict[str, str], str, str]:
     last = -1
     for pair in pairs:
         key, sep, value = pair.partition("-")
-        if not sep or key not in ENTITY_ORDER:
+        if not sep or key not in order:
             raise ValueError(f"{name}: {pair!r} is not a BIDS entity.")
         if not _LABEL.match(value):
             raise ValueError(f"{name}: label of {key} must be letters and digits only.")
-        pos = ENTITY_ORDER.index(key)
+        pos = order.index(key)
         if pos <= last:
             raise ValueError(f"{name}: entity {key} is out of BIDS order.")
         last = pos
@@ -131,14 +128,41 @@ def parse_bids_name(name: str) -> tuple[dict[str, str], str, str]:
     return entities, suffix, dot + ext
 
 
-def surface_space(hemisphere_sizes: list[int]) -> dict[str, str]:
-    """``space`` and ``den`` entities of a standard mesh from its vertices per hemisphere
-    (fsaverage5 -> fsaverage/10k, 32k_fs_LR -> fsLR/32k); ``space-custom`` otherwise."""
+def surface_template(hemisphere_sizes: list[int]) -> dict[str, str]:
+    """``tpl`` and ``den`` entities of a standard mesh from its vertices per hemisphere
+    (fsaverage5 -> fsaverage/10k, 32k_fs_LR -> fsLR/32k); ``tpl-custom`` with the vertex
+    count as density otherwise."""
     n = int(hemisphere_sizes[0])
-    if n in _SPACES and all(int(s) == n for s in hemisphere_sizes):
-        space, den = _SPACES[n]
-        return {"space": space, "den": den}
-    return {"space": "custom", "den": str(n)}
+    if n in _TEMPLATES and all(int(s) == n for s in hemisphere_sizes):
+        template, den, _ = _TEMPLATES[n]
+        return {"tpl": template, "den": den}
+    return {"tpl": "custom", "den": str(n)}
+
+
+def density_description(hemisphere_sizes: list[int]) -> str:
+    """The sidecar's ``Density``: what the ``den`` entity of :func:`surface_template`
+    means."""
+    n = int(hemisphere_sizes[0])
+    if n in _TEMPLATES and all(int(s) == n for s in hemisphere_sizes):
+        return _TEMPLATES[n][2]
+    sizes = " and ".join(f"{int(s):,}" for s in hemisphere_sizes)
+    return f"the run's own mesh: {sizes} vertices (left and right hemisphere)"
+
+
+def atlas_folder(output: str | Path, template: str) -> Path:
+    """Where a run's label files go: ``tpl-<template>/anat`` in the output folder."""
+    return Path(output) / f"tpl-{template}" / "anat"
+
+
+def find_atlas_folder(output: str | Path) -> Path:
+    """The one ``tpl-*/anat`` folder of a run's output folder (FileNotFoundError when
+    there is none, ValueError when there are several)."""
+    found = sorted(Path(output).glob("tpl-*/anat"))
+    if not found:
+        raise FileNotFoundError(f"{output} holds no tpl-*/anat folder of label files.")
+    if len(found) > 1:
+        raise ValueError(f"{output} holds {len(found)} tpl-*/anat folders; pass one.")
+    return found[0]
 
 
 def lookup_table(colours: np.ndarray, ids: Any = None) -> str:
@@ -158,21 +182,59 @@ def lookup_table(colours: np.ndarray, ids: Any = None) -> str:
     return "\n".join(rows) + "\n"
 
 
-#: what a run writes beside the BIDS files, for the BIDS validator to skip (``.bidsignore``)
-BIDS_IGNORE = ("report.json", "report.html", "*.png", "work/")
-
-
-def dataset_description(path: Path, *, version: str, command: str | None) -> Path:
-    """``dataset_description.json`` of a derivatives folder written by lsd-dask."""
+def dataset_description(
+    path: Path, *, version: str, command: str | None, readme: str | None = None
+) -> Path:
+    """``dataset_description.json`` of a derivatives folder written by lsd-dask, with its
+    ``.bidsignore`` and, given ``readme`` text, its ``README.md``. It names no
+    ``Authors``: the validator wants those in ``CITATION.cff`` alone."""
     generated: dict[str, Any] = {"Name": "lsd-dask", "Version": version}
     if command:
         generated["Description"] = f"Run as: {command}"
     desc = {
         "Name": "lsd-dask split-half cortical parcellations",
-        "BIDSVersion": "1.10.0",
+        "BIDSVersion": BIDS_VERSION,
         "DatasetType": "derivative",
         "GeneratedBy": [generated],
     }
     atomic_write_text(path, json.dumps(desc, indent=2) + "\n")
     atomic_write_text(path.parent / ".bidsignore", "\n".join(BIDS_IGNORE) + "\n")
+    if readme is not None:
+        atomic_write_text(path.parent / "README.md", readme)
     return path
+
+
+def atlas_description(
+    output: Path, atlas: str, *, name: str, description: str, references: Iterable[str]
+) -> Path:
+    """``atlas-<atlas>_description.json``: the atlas's name, what it is and how to cite
+    the method that made it."""
+    desc = {
+        "AtlasName": name,
+        "Description": description,
+        "Species": "Homo sapiens",
+        "ReferencesAndLinks": list(references),
+    }
+    path = output / bids_name({"atlas": atlas}, "description", ".json")
+    return atomic_write_text(path, json.dumps(desc, indent=2) + "\n")
+
+
+def write_citation(
+    path: Path, *, version: str, references: Iterable[Mapping[str, Any]]
+) -> Path:
+    """``CITATION.cff`` (Citation File Format 1.2.0) for the derivative: the software that
+    made it, then the papers of the methods and measures it used (``references``: CFF
+    reference entries, each with ``type``, ``title``, ``authors`` and ``year``)."""
+    cff = {
+        "cff-version": "1.2.0",
+        "message": (
+            "If you use these parcellations, cite the software and the papers of the "
+            "methods and measures that made them (references below)."
+        ),
+        "type": "dataset",
+        "title": "lsd-dask split-half cortical parcellations",
+        "version": version,
+        "authors": [{"name": "lsd-dask"}],
+        "references": [dict(ref) for ref in references],
+    }
+    return atomic_write_text(path, yaml.safe_dump(cff, sort_keys=False, allow_unicode=True))

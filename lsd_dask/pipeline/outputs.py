@@ -1,5 +1,6 @@
 """The derivatives folder: BIDS-named ``_dseg`` label files per split, method and K (see
-:mod:`lsd_dask.io.bids`), their look-up tables and sidecars, and the figures."""
+:mod:`lsd_dask.io.bids`), their look-up tables and sidecars, the surfaces they lie on,
+how to cite them (:mod:`.citations`), and the figures."""
 
 from __future__ import annotations
 
@@ -12,8 +13,18 @@ import numpy as np
 
 from .. import __version__
 from ..cluster import SPATIAL_OPTIONS
-from ..io.atomic import atomic_write_text, remove_path
-from ..io.bids import bids_label, bids_name, dataset_description, lookup_table, surface_space
+from ..io.atomic import atomic_copy, atomic_write_text, remove_path
+from ..io.bids import (
+    atlas_description,
+    atlas_folder,
+    bids_label,
+    bids_name,
+    dataset_description,
+    density_description,
+    lookup_table,
+    surface_template,
+    write_citation,
+)
 from ..io.surface_files import (
     HEMISPHERES,
     cifti_vertices,
@@ -22,6 +33,13 @@ from ..io.surface_files import (
     write_label_gifti,
 )
 from .blur import chosen_blurs
+from .citations import (
+    REFERENCES,
+    citation_line,
+    derivative_readme,
+    method_references,
+    run_references,
+)
 from .methods import MethodSpec
 from .stages import Log, RunContext
 
@@ -38,16 +56,45 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
 
     cfg, wd, meshes, sizes, A = ctx.cfg, ctx.wd, ctx.meshes, ctx.sizes, ctx.adjacency
     out, splits = cfg.output, list(ctx.splits)
+    held_out = bool(cfg.held_out)
     files = [
-        dataset_description(out / "dataset_description.json", version=__version__, command=command)
+        dataset_description(
+            out / "dataset_description.json",
+            version=__version__,
+            command=command,
+            readme=derivative_readme(cfg.methods, version=__version__, held_out=held_out),
+        ),
+        write_citation(
+            out / "CITATION.cff",
+            version=__version__,
+            references=[REFERENCES[k] for k in run_references(cfg.methods, held_out=held_out)],
+        ),
     ]
     # the input's own brain models, when every subject is CIFTI
     cifti = cfg.subjects[0].paths[0] if all(s.kind == "cifti" for s in cfg.subjects) else None
     vertices = cifti_vertices(cifti) if cifti is not None else None
-    space = surface_space(sizes)
+    template = surface_template(sizes)
+    surfaces = _copy_surfaces(out, cfg.mesh, template)
+    files += surfaces.values()
+    common = {
+        "Density": density_description(sizes),
+        "SpatialReference": {h: p.relative_to(out).as_posix() for h, p in surfaces.items()},
+    }
     rows = {(r["method"], r["k"]): r for r in scores}
-    label_dir = out / "labels"
+    label_dir = atlas_folder(out, template["tpl"])
     for spec in cfg.methods:
+        files.append(
+            atlas_description(
+                out,
+                bids_label(spec.name),
+                name=f"lsd-dask {spec.name}",
+                description=(
+                    f"{spec.method} clustering of the cortex into K parcels (scale-<K>), "
+                    "one parcellation per split of the subjects (desc-<split>)."
+                ),
+                references=[citation_line(key) for key in method_references(spec)],
+            )
+        )
         for k in cfg.ks:
             labs = {split: wd.load_npy(wd.labels(split, spec.name, k)) for split in splits}
             # later splits take the ids of the first split's parcels they overlap most, so
@@ -57,7 +104,12 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
             n = max(int(v.max(initial=0)) for v in labs.values())
             colours = parcel_colours(list(labs.values()), A, n)
             for split, lab in labs.items():
-                ent = {**space, "seg": bids_label(spec.name), "desc": f"K{k}{bids_label(split)}"}
+                ent = {
+                    **template,
+                    "atlas": bids_label(spec.name),
+                    "scale": str(k),
+                    "desc": bids_label(split),
+                }
                 title = f"{spec.name} K={k} {split}"
                 for hemi, part in (("left", lab[: sizes[0]]), ("right", lab[sizes[0] :])):
                     name = bids_name({"hemi": hemi[0].upper(), **ent}, "dseg", ".label.gii")
@@ -84,7 +136,7 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
                         lookup_table(colours, ids=present),
                     )
                 )
-                sidecar = _sidecar(ctx, spec, k, split, lab, rows.get((spec.name, k)))
+                sidecar = {**common, **_sidecar(ctx, spec, k, split, lab, rows.get((spec.name, k)))}
                 files.append(
                     atomic_write_text(
                         label_dir / bids_name(ent, "dseg", ".json"), json.dumps(sidecar, indent=2)
@@ -108,16 +160,34 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
             meshes, panels, out / f"parcellations_K{k}.png", title=f"K = {k}", display=display
         )
     )
-    _remove_stale(out, label_dir, files, ctx.log)
+    _remove_stale(out, files, ctx.log)
     return files
 
 
-def _remove_stale(out: Path, label_dir: Path, files: list[Path], log: Log) -> None:
-    """Remove label files and panels an earlier run here wrote for methods, K or splits
-    this run does not have: left in place, they would read as this run's."""
+def _copy_surfaces(
+    out: Path, mesh: dict[str, str], template: dict[str, str]
+) -> dict[str, Path]:
+    """The run's meshes, copied into ``surfaces/`` so that the label files' sidecars can
+    name the surfaces they lie on (``SpatialReference``) within the derivative."""
+    copied = {}
+    for hemi in HEMISPHERES:
+        name = bids_name({**template, "hemi": hemi[0].upper()}, "mesh", ".surf.gii")
+        copied[hemi] = atomic_copy(mesh[hemi], out / "surfaces" / name)
+    return copied
+
+
+def _remove_stale(out: Path, files: list[Path], log: Log) -> None:
+    """Remove label files, atlas descriptions, surfaces and panels an earlier run here
+    wrote for methods, K, splits or meshes this run does not have: left in place, they
+    would read as this run's."""
     written = {Path(f).resolve() for f in files}
-    stale = [p for p in label_dir.glob("*_dseg.*") if p.resolve() not in written]
-    stale += [p for p in out.glob("parcellations_K*.png") if p.resolve() not in written]
+    candidates = [
+        *out.glob("tpl-*/anat/*_dseg.*"),
+        *out.glob("atlas-*_description.json"),
+        *out.glob("surfaces/*.surf.gii"),
+        *out.glob("parcellations_K*.png"),
+    ]
+    stale = [p for p in candidates if p.resolve() not in written]
     for p in sorted(stale):
         remove_path(p)
     if stale:

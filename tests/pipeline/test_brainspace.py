@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.pipeline import load_config, run_pipeline
+from lsd_dask.testing.bids_validator import bids_validator_errors
 
 PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "brainspace_sample.yaml"
 
@@ -35,6 +37,16 @@ def test_completes_and_masks_medial_wall(report):
     assert 1500 <= mask["n_masked"] <= 2200
     kept = np.load(out / "work" / "mask.npy")
     assert (~kept[:10242]).sum() > 0 and (~kept[10242:]).sum() > 0
+
+
+def test_outputs_are_a_valid_fsaverage5_atlas_derivative(report):
+    """On a standard mesh the label files name their template (tpl-fsaverage, den-10k),
+    and the official BIDS validator finds no error."""
+    _, out = report
+    assert find_atlas_folder(out) == out / "tpl-fsaverage" / "anat"
+    names = [p.name for p in find_atlas_folder(out).glob("*_dseg.label.gii")]
+    assert names and all(n.startswith("tpl-fsaverage_hemi-") and "_den-10k_" in n for n in names)
+    assert bids_validator_errors(out) == []
 
 
 @pytest.mark.parametrize("k", [50, 100])

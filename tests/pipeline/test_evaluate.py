@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from lsd_dask import evaluation as ev
+from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.pipeline.evaluate import MAX_DIST_MM
 from lsd_dask.similarity import unit_rows
@@ -49,7 +50,7 @@ def test_held_out_scores_equal_the_measures_on_the_other_splits_features(tmp_pat
     assert "heldout" in report["scores_explained"]
     page = (cfg.output / "report.html").read_text()
     assert "held-out homogeneity" in page and "DCBC" in page
-    sidecar = next((cfg.output / "labels").glob("*desc-K5split1_dseg.json"))
+    sidecar = next(find_atlas_folder(cfg.output).glob("*scale-5_*desc-split1_dseg.json"))
     held = json.loads(sidecar.read_text())["HeldOutScores"]
     assert held["homogeneity"] == pytest.approx(report["scores"][0]["heldout_homogeneity"])
 
@@ -134,7 +135,7 @@ def test_time_halves_score_each_half_fit_on_the_other_half(tmp_path, study):
     assert row["timehalves_homogeneity_z"] > 3 and row["timehalves_dcbc"] > 0
     assert "timehalves" in report["scores_explained"]
     assert "homogeneity, time halves" in (cfg.output / "report.html").read_text()
-    sidecar = next((cfg.output / "labels").glob("*desc-K6split1_dseg.json"))
+    sidecar = next(find_atlas_folder(cfg.output).glob("*scale-6_*desc-split1_dseg.json"))
     halves_scores = json.loads(sidecar.read_text())["TimeHalvesScores"]
     assert halves_scores["dcbc"] == pytest.approx(row["timehalves_dcbc"])
 

@@ -16,8 +16,9 @@ import yaml
 from click.testing import CliRunner
 
 from lsd_dask import cli, metrics
-from lsd_dask.io.bids import bids_name, parse_bids_name, surface_space
+from lsd_dask.io.bids import bids_name, find_atlas_folder, parse_bids_name, surface_template
 from lsd_dask.io.surface_files import write_dtseries, write_surface_gifti
+from lsd_dask.testing.bids_validator import bids_validator_errors
 
 matplotlib.use("Agg")
 
@@ -57,15 +58,17 @@ def run(tmp_path_factory, study):
 
 def test_every_label_file_has_a_bids_name(run):
     out, _, sizes, _ = run
-    names = sorted(p.name for p in (out / "labels").iterdir())
+    names = sorted(p.name for p in find_atlas_folder(out).iterdir())
     # 2 methods x 2 K x 2 splits, each: 2 .label.gii, .dlabel.nii, .tsv, .json
     assert len(names) == 8 * 5
-    space = surface_space(sizes)
+    template = surface_template(sizes)
+    assert find_atlas_folder(out) == out / f"tpl-{template['tpl']}" / "anat"
     for name in names:
         ent, suffix, ext = parse_bids_name(name)
         assert suffix == "dseg" and "split" not in ent
-        assert ent["space"] == space["space"] and ent["den"] == space["den"]
-        assert ent["seg"] in {"directional", "sphericalkmeans"}
+        assert ent["tpl"] == template["tpl"] == "custom" and ent["den"] == template["den"]
+        assert ent["atlas"] in {"directional", "sphericalkmeans"}
+        assert ent["scale"] in {"5", "10"} and ent["desc"] in {"split1", "split2"}
         assert ext in {".label.gii", ".dlabel.nii", ".tsv", ".json"}
         assert ("hemi" in ent) == (ext == ".label.gii")
     desc = json.loads((out / "dataset_description.json").read_text())
@@ -81,18 +84,25 @@ def test_bids_names_reject_what_bids_forbids():
         parse_bids_name("method-x_dseg.tsv")
     with pytest.raises(ValueError, match="letters and digits"):
         bids_name({"seg": "spherical_kmeans"}, "dseg", ".tsv")
-    assert parse_bids_name("hemi-L_space-fsLR_seg-a_den-32k_desc-K5s1_dseg.label.gii") == (
-        {"hemi": "L", "space": "fsLR", "seg": "a", "den": "32k", "desc": "K5s1"},
+    # the order comes from the BIDS schema, which puts tpl first and atlas after hemi
+    name = "tpl-fsLR_hemi-L_atlas-a_scale-5_den-32k_desc-s1_dseg.label.gii"
+    assert parse_bids_name(name) == (
+        {"tpl": "fsLR", "hemi": "L", "atlas": "a", "scale": "5", "den": "32k", "desc": "s1"},
         "dseg",
         ".label.gii",
     )
-    assert surface_space([32492, 32492]) == {"space": "fsLR", "den": "32k"}
-    assert surface_space([10242, 10242]) == {"space": "fsaverage", "den": "10k"}
+    assert bids_name(parse_bids_name(name)[0], "dseg", ".label.gii") == name
+    with pytest.raises(ValueError, match="out of BIDS order"):
+        parse_bids_name("hemi-L_tpl-fsLR_dseg.tsv")
+    assert surface_template([32492, 32492]) == {"tpl": "fsLR", "den": "32k"}
+    assert surface_template([10242, 10242]) == {"tpl": "fsaverage", "den": "10k"}
+    assert surface_template([10242, 10000]) == {"tpl": "custom", "den": "10242"}
 
 
 def test_dlabel_uses_the_inputs_brain_models(run):
     out, study, sizes, cortex = run
-    [path] = (out / "labels").glob("space-*_seg-directional_*_desc-K10split1_dseg.dlabel.nii")
+    folder = find_atlas_folder(out)
+    [path] = folder.glob("tpl-*_atlas-directional_scale-10_*_desc-split1_dseg.dlabel.nii")
     img = nib.load(str(path))
     src = nib.load(str(out.parent / f"{study.subjects[0]}.dtseries.nii"))
     got, want = img.header.get_axis(1), src.header.get_axis(1)
@@ -100,7 +110,7 @@ def test_dlabel_uses_the_inputs_brain_models(run):
     np.testing.assert_array_equal(got.vertex, want.vertex)
     assert list(got.name) == list(want.name)
     # a label file per hemisphere too, over every mesh vertex
-    [left] = (out / "labels").glob("hemi-L_*_seg-directional_*_desc-K10split1_dseg.label.gii")
+    [left] = folder.glob("tpl-*_hemi-L_atlas-directional_scale-10_*_desc-split1_dseg.label.gii")
     lab = nib.load(str(left)).darrays[0].data
     assert lab.shape == (sizes[0],) and np.all(lab[~cortex[: sizes[0]]] == 0)
 
@@ -110,7 +120,7 @@ def test_nilearn_plots_each_dseg_with_its_own_table(run):
 
     out, study, sizes, _ = run
     mesh = study.meshes["left"]
-    for gii in sorted((out / "labels").glob("hemi-L_*.label.gii"))[:3]:
+    for gii in sorted(find_atlas_folder(out).glob("*_hemi-L_*.label.gii"))[:3]:
         tsv = Path(str(gii).replace("hemi-L_", "").replace(".label.gii", ".tsv"))
         lut = pd.read_csv(tsv, sep="\t")
         assert list(lut.columns) == ["index", "name", "color"]
@@ -143,7 +153,7 @@ def test_split2_ids_match_split1(run):
         parts = [
             nib.load(str(p)).darrays[0].data
             for p in sorted(
-                (out / "labels").glob(f"hemi-*_seg-directional_*_desc-K10{split}_dseg.label.gii")
+                find_atlas_folder(out).glob(f"*_hemi-*_atlas-directional_scale-10_*_desc-{split}_dseg.label.gii")
             )
         ]
         labs[split] = np.concatenate(parts)
@@ -156,7 +166,7 @@ def test_split2_ids_match_split1(run):
 
 def test_sidecar_and_report_explain_themselves(run):
     out, _, _, _ = run
-    [side] = (out / "labels").glob("space-*_seg-sphericalkmeans_*_desc-K5split2_dseg.json")
+    [side] = find_atlas_folder(out).glob("*_atlas-sphericalkmeans_scale-5_*_desc-split2_dseg.json")
     meta = json.loads(side.read_text())
     assert meta["Method"] == "spherical_kmeans" and meta["NumberOfClusters"] == 5
     assert meta["Split"] == "split2" and "LabelsMatchedTo" in meta
@@ -179,8 +189,8 @@ def test_workbench_reads_every_label_file(run):
             pytest.fail("wb_command was installed for CI but is not on PATH.")
         pytest.skip("Connectome Workbench (wb_command) is not installed.")
     out, _, _, _ = run
-    files = sorted((out / "labels").glob("*.label.gii")) + sorted(
-        (out / "labels").glob("*.dlabel.nii")
+    files = sorted(find_atlas_folder(out).glob("*.label.gii")) + sorted(
+        find_atlas_folder(out).glob("*.dlabel.nii")
     )
     assert len(files) == 8 * 3
     for path in files:
@@ -194,7 +204,7 @@ def test_workbench_reads_every_label_file(run):
         assert re.search(r"Maps with LabelTable:\s+true", res.stdout), res.stdout
         ent, _, _ = parse_bids_name(path.name)
         # the map is named after the method, K and split
-        assert f"K={ent['desc'][1:].split('split')[0]}" in res.stdout, res.stdout
+        assert f"K={ent['scale']}" in res.stdout, res.stdout
 
 
 def test_scores_carry_ami_z_values_and_a_spin_null(run):
@@ -275,20 +285,20 @@ def test_figures_use_a_given_inflated_surface(tmp_path, study):
         preflight(cfg)
 
 
-def test_every_file_of_the_output_folder_is_bids_or_ignored(run):
-    import fnmatch
-
-    out, _, _, _ = run
-    ignore = (out / ".bidsignore").read_text().split()
-    suffixes = []
-    for path in out.rglob("*"):
-        if path.is_dir():
-            continue
-        rel = path.relative_to(out).as_posix()
-        if rel in ("dataset_description.json", ".bidsignore"):
-            continue
-        if any(fnmatch.fnmatch(rel, pat) or rel.startswith(pat) for pat in ignore):
-            continue
-        _, suffix, _ = parse_bids_name(path.name)  # raises on a name BIDS would refuse
-        suffixes.append(suffix)
-    assert len(suffixes) == 8 * 5 and set(suffixes) == {"dseg"}
+def test_the_bids_validator_finds_no_error(run):
+    """The official validator on a CIFTI run on a custom mesh (tpl-custom): every file is
+    BIDS or ignored, and the sidecars name their surfaces (SpatialReference)."""
+    out, _, sizes, _ = run
+    assert bids_validator_errors(out) == []
+    sidecar = json.loads(next(find_atlas_folder(out).glob("*_dseg.json")).read_text())
+    assert sorted(sidecar["SpatialReference"]) == ["left", "right"]
+    for hemi, n in zip(("left", "right"), sizes, strict=True):
+        mesh = nib.load(str(out / sidecar["SpatialReference"][hemi]))
+        assert len(mesh.darrays[0].data) == n  # the mesh the labels lie on
+    readme = (out / "README.md").read_text()
+    assert "Blumensath" in readme and "Dhillon" in readme
+    cff = yaml.safe_load((out / "CITATION.cff").read_text())
+    assert {r["title"].split()[0] for r in cff["references"]} >= {"Directional", "Concept"}
+    for method in ("directional", "spherical_kmeans"):
+        path = out / f"atlas-{method.replace('_', '')}_description.json"
+        assert json.loads(path.read_text())["AtlasName"] == f"lsd-dask {method}"

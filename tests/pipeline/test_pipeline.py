@@ -13,9 +13,11 @@ from click.testing import CliRunner
 
 from lsd_dask import cli, metrics
 from lsd_dask.datasets import surface_study
+from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.linalg import randomized_svd
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.surface import two_hemisphere_mesh
+from lsd_dask.testing.bids_validator import bids_validator_errors
 
 
 def _adjacency(study, kept=None):
@@ -65,13 +67,14 @@ def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     assert saved["versions"]["nibabel"] == nib.__version__
     assert (out / "dice_vs_k.png").stat().st_size > 1000
     assert [p.name for p in out.glob("parcellations_*.png")] == ["parcellations_K10.png"]
-    stem = "seg-directional_den-*_desc-K10split1_dseg"
+    stem = "atlas-directional_scale-10_den-*_desc-split1_dseg"
+    folder = find_atlas_folder(out)
     if fmt == "cifti":
-        [path] = (out / "labels").glob(f"space-custom_{stem}.dlabel.nii")
+        [path] = folder.glob(f"tpl-custom_{stem}.dlabel.nii")
         lab = np.asarray(nib.load(str(path)).dataobj)[0]
     else:
-        [left] = (out / "labels").glob(f"hemi-L_space-custom_{stem}.label.gii")
-        [right] = (out / "labels").glob(f"hemi-R_space-custom_{stem}.label.gii")
+        [left] = folder.glob(f"tpl-custom_hemi-L_{stem}.label.gii")
+        [right] = folder.glob(f"tpl-custom_hemi-R_{stem}.label.gii")
         lab = np.concatenate(
             [nib.load(str(p)).darrays[0].data for p in (left, right)]  # type: ignore[attr-defined]
         )
@@ -80,7 +83,9 @@ def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
         range(1, 11)
     )
     # a re-run resumes: every stage is skipped, the labels and scores are unchanged
-    before = {p.name: p.read_bytes() for p in (out / "labels").iterdir()}
+    # the BIDS validator finds no error in the derivative, whatever the input's format
+    assert bids_validator_errors(out) == []
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
     logs2: list[str] = []
     report2 = run_pipeline(cfg, log=logs2.append)
     assert any("[svd] split1 done earlier" in line for line in logs2)
@@ -91,7 +96,7 @@ def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
         f"[svd] split1 pass {i} of 4" for i in range(1, 5)
     ]
     assert not any(line.startswith("[cluster] split1 directional K=10:") for line in logs2)
-    assert {p.name: p.read_bytes() for p in (out / "labels").iterdir()} == before
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert report2["scores"] == report["scores"]
 
 
@@ -347,7 +352,8 @@ def test_method_variants_run_side_by_side(tmp_path, study):
     assert metrics.ari(ref.labels_, got) > 0.99
     plain = np.load(work / "labels" / "split1_directional_K10.npy")[kept] - 1
     assert metrics.ari(plain, got) < 0.99  # the variant's settings took effect
-    assert len(list((cfg.output / "labels").glob("hemi-L_*_seg-dirspatial_*K10split1*.gii"))) == 1
+    pattern = "*_hemi-L_atlas-dirspatial_scale-10_*split1*.gii"
+    assert len(list(find_atlas_folder(cfg.output).glob(pattern))) == 1
 
 
 def test_oversegment_merges_a_finer_fit_with_ward_on_the_mesh(tmp_path, study):
@@ -371,7 +377,7 @@ def test_oversegment_merges_a_finer_fit_with_ward_on_the_mesh(tmp_path, study):
     assert metrics.ari(ref.labels_, got) > 0.99
     plain = np.load(work / "labels" / "split1_spherical_kmeans_K8.npy")[kept] - 1
     assert metrics.ari(plain, got) < 0.99  # not the plain fit at K = 8
-    sidecar = next((cfg.output / "labels").glob("*seg-skmmerged*K8split1*.json"))
+    sidecar = next(find_atlas_folder(cfg.output).glob("*atlas-skmmerged_scale-8_*split1*.json"))
     assert json.loads(sidecar.read_text())["Oversegment"] == 3.0
     # a changed oversegment refits only that variant
     cfg2 = _config(tmp_path, ks=[8], methods=["spherical_kmeans", {**merged, "oversegment": 2}])
@@ -411,7 +417,7 @@ def test_auto_feature_smoothing_is_chosen_per_split_from_its_halves(tmp_path, st
         ref = choose_feature_blur(*feats, V, A, 6, random_state=0)
         assert ref.fwhm_mm == got["fwhm_mm"]
         np.testing.assert_allclose(ref.mean, got["mean_error"], atol=2e-3)
-        sidecar = next((cfg.output / "labels").glob(f"*seg-skmauto*K8{split}*.json"))
+        sidecar = next(find_atlas_folder(cfg.output).glob(f"*atlas-skmauto_scale-8_*{split}*.json"))
         meta = json.loads(sidecar.read_text())
         assert meta["FeatureSmoothingFWHM"] == got["fwhm_mm"]
         assert meta["FeatureSmoothingChosenByData"] is True

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.io.surface_files import read_hemisphere, write_func_gifti
 from lsd_dask.pipeline import load_config, run_pipeline
 from lsd_dask.pipeline.workdir import WorkDir
@@ -210,11 +211,11 @@ def test_label_files_of_a_dropped_k_are_removed_from_the_output(folder, tmp_path
     would read as this run's), and says so."""
     out = tmp_path / "run"
     _run(folder, out, ks=[3, 4])
-    assert list((out / "labels").glob("*desc-K3split1_dseg.label.gii"))
+    assert list(find_atlas_folder(out).glob("*scale-3_*desc-split1_dseg.label.gii"))
     _, _, logs = _run(folder, out)
-    names = [p.name for p in (out / "labels").iterdir()]
-    assert names and not [n for n in names if "desc-K3" in n]
-    assert [n for n in names if "desc-K4split1_dseg" in n]
+    names = [p.name for p in find_atlas_folder(out).iterdir()]
+    assert names and not [n for n in names if "scale-3_" in n]
+    assert [n for n in names if "scale-4_" in n and "desc-split1_dseg" in n]
     assert any("[outputs] removed" in line and "earlier run" in line for line in logs)
 
 
