@@ -23,6 +23,7 @@ from .surface import Mesh, mesh_adjacency
 
 __all__ = [
     "display_surfaces",
+    "dseg_colormap",
     "match_labels",
     "parcel_colours",
     "plot_dice_vs_k",
@@ -104,7 +105,6 @@ def plot_parcellations(
         shaded by the convexity of ``meshes``. Default: see :func:`display_surfaces`.
     """
     plt = _pyplot()
-    from matplotlib.colors import ListedColormap
     from nilearn import plotting
 
     surfaces, shading = display_surfaces(meshes, display)
@@ -114,7 +114,7 @@ def plot_parcellations(
     reference = np.asarray(rows[0][1], np.int64)
     matched = [reference] + [match_labels(reference, np.asarray(v)) for _, v in rows[1:]]
     n_lab = int(max(int(m.max(initial=0)) for m in matched))
-    cmap = ListedColormap(parcel_colours(matched, A, n_lab))
+    colour_map = _id_colormap(list(parcel_colours(matched, A, n_lab)))
     fig, axes = plt.subplots(
         len(rows),
         len(VIEWS),
@@ -133,9 +133,7 @@ def plot_parcellations(
                 hemi=hemi,
                 view=view,
                 bg_map=shading[hemi],
-                cmap=cmap,
-                vmin=0,
-                vmax=max(n_lab, 1),
+                **colour_map,
                 threshold=1e-14,  # label 0 shows the shading only
                 colorbar=False,
                 axes=axes[r, c],
@@ -149,6 +147,38 @@ def plot_parcellations(
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def dseg_colormap(table: str | os.PathLike[str]) -> dict[str, Any]:
+    """``cmap``, ``vmin`` and ``vmax`` for nilearn's ``plot_surf_roi`` that draw each id
+    of a ``_dseg`` label file in its own colour of the look-up table ``table`` (a BIDS
+    ``.tsv``: index, name, color).
+
+    nilearn takes the table itself as ``cmap``, but then drops the ``Background`` row and
+    interpolates the others over the range of the data, so that the medial wall takes
+    parcel 1's colour and most parcels another parcel's. Here the colour map lists one
+    colour per id from 0 to the largest (ids missing from the table in black), and the
+    range puts each id at the middle of its own colour.
+
+    Examples
+    --------
+    >>> from nilearn import plotting                                  # doctest: +SKIP
+    >>> plotting.plot_surf_roi(mesh, roi_map="..._dseg.label.gii",    # doctest: +SKIP
+    ...                        hemi="left", **dseg_colormap("..._dseg.tsv"))
+    """
+    import pandas as pd
+
+    lut = pd.read_csv(table, sep="\t").set_index("index")
+    colours = lut["color"].reindex(range(int(lut.index.max()) + 1), fill_value="#000000")
+    return _id_colormap(list(colours))
+
+
+def _id_colormap(colours: list[Any]) -> dict[str, Any]:
+    """nilearn's ``cmap``, ``vmin`` and ``vmax`` that draw id i in ``colours[i]``: each id
+    at the middle of its own bin, so that no rounding moves it into a neighbour's."""
+    from matplotlib.colors import ListedColormap
+
+    return {"cmap": ListedColormap(colours), "vmin": -0.5, "vmax": len(colours) - 0.5}
 
 
 def display_surfaces(

@@ -1,9 +1,10 @@
 """Execute every notebook in place, keeping its outputs (how the stored outputs are made).
 
-    python notebooks/execute.py
+    python notebooks/execute.py [NOTEBOOK ...]
 
 Each notebook runs from a clean kernel against a real scheduler and two workers started as
-separate processes (as the test suite does), in a temporary folder.
+separate processes (as the test suite does), in a temporary folder. The stored outputs name
+that folder ``<notebook folder>``, so they carry no path of the machine that ran them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbclient import NotebookClient
@@ -39,10 +41,25 @@ def main() -> None:
                     kernel_name="python3",
                     resources={"metadata": {"path": str(work)}},
                 ).execute()
+                for cell in nb.cells:
+                    if cell.cell_type == "code":
+                        cell.outputs = _without(cell.outputs, str(work), "<notebook folder>")
+                        cell.outputs = _without(cell.outputs, tmp, "<temporary folder>")
                 nbformat.write(nb, path)
                 print(f"executed {path.name}")
         finally:
             cluster.close()
+
+
+def _without(value: Any, path: str, name: str) -> Any:
+    """``value`` (a cell's outputs) with every ``path`` in its text replaced by ``name``."""
+    if isinstance(value, str):
+        return value.replace(path, name)
+    if isinstance(value, list):
+        return [_without(v, path, name) for v in value]
+    if isinstance(value, dict):
+        return type(value)((k, _without(v, path, name)) for k, v in value.items())
+    return value
 
 
 if __name__ == "__main__":

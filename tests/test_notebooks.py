@@ -47,3 +47,16 @@ def _tasks_run(address: str) -> int:
     with Client(address, timeout=30) as client:
         keys = client.run(lambda dask_worker: {str(e[0]) for e in dask_worker.state.log})
     return sum(len(v) for v in keys.values())
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_stored_outputs_carry_no_machine_paths(path):
+    """The outputs stored with a notebook (``python notebooks/execute.py``) name its
+    folder ``<notebook folder>``, not the temporary folder of the machine that ran it."""
+    nb = nbformat.read(path, as_version=4)
+    text = "".join(
+        str(o) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    )
+    assert text, f"{path.name} has no stored outputs"
+    for root in ("/tmp/", "/home/", "/Users/", "/private/var/", "/work/"):
+        assert root not in text, f"{path.name}'s stored outputs name a path under {root}"

@@ -16,6 +16,7 @@ import yaml
 from click.testing import CliRunner
 
 from lsd_dask import cli, metrics
+from lsd_dask.plotting import dseg_colormap
 from lsd_dask.io.bids import bids_name, find_atlas_folder, parse_bids_name, surface_template
 from lsd_dask.io.surface_files import write_dtseries, write_surface_gifti
 from lsd_dask.testing.bids_validator import bids_validator_errors
@@ -139,10 +140,23 @@ def test_nilearn_plots_each_dseg_with_its_own_table(run):
                 continue  # a parcel of the right hemisphere only
             rgb = tuple(int(round(255 * c)) for c in table[row["index"]][:3])
             assert "#" + "".join(f"{c:02x}" for c in rgb) == row["color"]
+        # nilearn draws every parcel and the background in its table colour with
+        # dseg_colormap (README's recipe), on the mesh the sidecar names: read back the
+        # face colours it set, in face order, where a face's vertices share one id
+        sidecar = json.loads(tsv.with_suffix(".json").read_text())
+        surface = out / sidecar["SpatialReference"]["left"]
         fig = plotting.plot_surf_roi(
-            (mesh.vertices, mesh.faces), roi_map=str(gii), hemi="left", cmap=str(tsv)
+            str(surface), roi_map=str(gii), hemi="left", **dseg_colormap(tsv)
         )
-        assert fig is not None
+        drawn = fig.axes[0].collections[0]._facecolor3d  # set_facecolors' input, face order
+        lab, faces = img.darrays[0].data, mesh.faces
+        pure = np.all(lab[faces] == lab[faces][:, :1], axis=1)
+        ids = lab[faces[pure, 0]]
+        want = np.array(
+            [matplotlib.colors.to_rgb(c) for c in lut.set_index("index").loc[ids, "color"]]
+        )
+        np.testing.assert_allclose(drawn[pure, :3], want, atol=1 / 255)
+        assert (ids == 0).any() and len(np.unique(ids)) > 3  # background and parcels seen
         matplotlib.pyplot.close("all")
 
 
@@ -153,7 +167,9 @@ def test_split2_ids_match_split1(run):
         parts = [
             nib.load(str(p)).darrays[0].data
             for p in sorted(
-                find_atlas_folder(out).glob(f"*_hemi-*_atlas-directional_scale-10_*_desc-{split}_dseg.label.gii")
+                find_atlas_folder(out).glob(
+                    f"*_hemi-*_atlas-directional_scale-10_*_desc-{split}_dseg.label.gii"
+                )
             )
         ]
         labs[split] = np.concatenate(parts)
