@@ -91,7 +91,38 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
 
 
 @main.command()
-@click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path), required=False)
+@click.option(
+    "--bids",
+    "bids_root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="An fMRIPrep derivatives folder to take the subjects from (the `bids:` section; "
+    "with no PIPELINE, the run's only input).",
+)
+@click.option(
+    "--participant-label",
+    "participant_labels",
+    multiple=True,
+    help="With --bids: participants to run, with or without sub- (repeat, or separate "
+    "with commas or spaces; default: all).",
+)
+@click.option(
+    "--task", default=None, help="With --bids: the BOLD files' task entity (default: any)."
+)
+@click.option(
+    "--space",
+    default=None,
+    help="With --bids: the BOLD files' space entity (default: fsLR, fMRIPrep's CIFTI).",
+)
+@click.option("--den", default=None, help="With --bids: the BOLD files' den entity (default: any).")
+@click.option(
+    "--denoise",
+    default=None,
+    help="Denoising by nilearn's load_confounds on fMRIPrep's confounds: a preset (simple, "
+    "scrubbing, compcor, ica_aroma) or strategies separated by commas, e.g. "
+    "motion,wm_csf,scrub,high_pass (`preprocess.denoise`; default: none).",
+)
 @click.option(
     "--cluster",
     "cluster_file",
@@ -134,7 +165,13 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
     help="Group SVD algorithm (overrides `svd.method`).",
 )
 def run(
-    pipeline: Path,
+    pipeline: Path | None,
+    bids_root: Path | None,
+    participant_labels: tuple[str, ...],
+    task: str | None,
+    space: str | None,
+    den: str | None,
+    denoise: str | None,
     cluster_file: Path | None,
     scheduler: str | None,
     tls_ca_file: Path | None,
@@ -147,14 +184,32 @@ def run(
     rank: int | None,
     svd_method: str | None,
 ) -> None:
-    """Run the split-half parcellation pipeline described by PIPELINE (YAML)."""
+    """Run the split-half parcellation pipeline described by PIPELINE (YAML), or on the
+    fMRIPrep folder given by --bids with every other setting at its default."""
     from .pipeline import load_config
     from .pipeline.stages import work_lock
 
+    if pipeline is None and bids_root is None:
+        raise click.UsageError("give a PIPELINE file, or an fMRIPrep folder with --bids.")
+    if pipeline is not None and not pipeline.is_file():
+        raise FileNotFoundError(f"pipeline file {pipeline} does not exist.")
     # merged key by key into the file's svd section
     svd = {k: v for k, v in {"rank": rank, "method": svd_method}.items() if v is not None}
+    bids = None
+    if bids_root is not None:
+        labels = [x for item in participant_labels for x in item.replace(",", " ").split()]
+        entities = {"task": task, "space": space, "den": den}
+        bids = {
+            "root": str(bids_root.resolve()),
+            "participant_label": labels,
+            **{k: v for k, v in entities.items() if v is not None},
+        }
+    elif participant_labels or task or space or den:
+        raise click.UsageError("--participant-label, --task, --space and --den go with --bids.")
     cfg = load_config(
         pipeline,
+        bids=bids,
+        preprocess_denoise=denoise,
         output=str(out.resolve()) if out else None,
         ks=list(ks) or None,
         methods=list(methods) or None,

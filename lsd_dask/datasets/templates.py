@@ -22,6 +22,7 @@ from ..io.surface_files import HEMISPHERES, load_mesh
 from ..surface import Mesh
 
 __all__ = [
+    "STANDARD_MESHES",
     "TEMPLATES",
     "ATLASES",
     "Template",
@@ -29,6 +30,7 @@ __all__ = [
     "load_atlas",
     "load_group_connectivity",
     "brainspace_data",
+    "standard_mesh",
 ]
 
 TEMPLATES = ("conte69", "fsaverage5")
@@ -101,6 +103,32 @@ def load_template(name: str = "conte69") -> Template:
     else:
         cortex = np.ones(sum(m.n_vertices for m in meshes.values()), bool)
     return Template(name, meshes, cortex, files)
+
+
+#: the standard meshes a pipeline file may name (``mesh: fsaverage5``), by vertices per
+#: hemisphere; one is chosen when no mesh is given and the data's vertex count matches
+STANDARD_MESHES = {"conte69": 32492, "fsaverage5": 10242}
+
+
+def standard_mesh(name: str) -> tuple[dict[str, Path], str]:
+    """The surface files of a standard mesh and a line that says what they are:
+    ``conte69`` (32k_fs_LR midthickness, brainspace's) or ``fsaverage5`` (pial, nilearn's
+    own copy, so that no download is needed)."""
+    if name in ("fsLR", "fsLR32k", "32k_fs_LR"):
+        name = "conte69"
+    if name not in STANDARD_MESHES:
+        raise ValueError(
+            f"mesh: unknown standard mesh {name!r}; choose from {list(STANDARD_MESHES)} or "
+            "give the surfaces as {left: lh.surf.gii, right: rh.surf.gii}."
+        )
+    if name == "conte69":
+        files = {h: brainspace_data(f) for h, f in zip(HEMISPHERES, _SURFACES[name], strict=True)}
+        return files, "conte69: 32k_fs_LR midthickness surfaces (brainspace's)"
+    import nilearn
+
+    data = Path(nilearn.__file__).parent / "datasets" / "data" / "fsaverage5"
+    files = {h: data / f"pial_{h}.gii.gz" for h in HEMISPHERES}
+    return files, "fsaverage5: pial surfaces (nilearn's)"
 
 
 def load_atlas(name: str = "vosdewael", scale: int = 400) -> np.ndarray:

@@ -23,6 +23,7 @@ __all__ = [
     "atomic_copy",
     "atomic_path",
     "atomic_save_npy",
+    "atomic_write_bytes",
     "atomic_write_text",
     "remove_partials",
     "remove_path",
@@ -66,6 +67,13 @@ def atomic_copy(source: str | os.PathLike[str], path: str | os.PathLike[str]) ->
     """Copy the file ``source`` to ``path`` atomically."""
     with atomic_path(path) as tmp:
         shutil.copyfile(source, tmp)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
     return Path(path)
 
 

@@ -219,9 +219,7 @@ def atlas_description(
     return atomic_write_text(path, json.dumps(desc, indent=2) + "\n")
 
 
-def write_citation(
-    path: Path, *, version: str, references: Iterable[Mapping[str, Any]]
-) -> Path:
+def write_citation(path: Path, *, version: str, references: Iterable[Mapping[str, Any]]) -> Path:
     """``CITATION.cff`` (Citation File Format 1.2.0) for the derivative: the software that
     made it, then the papers of the methods and measures it used (``references``: CFF
     reference entries, each with ``type``, ``title``, ``authors`` and ``year``)."""

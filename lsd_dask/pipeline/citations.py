@@ -144,8 +144,7 @@ REFERENCES: dict[str, dict[str, Any]] = {
             "Vandekar, Simon N.",
             "Raznahan, Armin",
         ],
-        "On testing for spatial correspondence between maps of human brain structure and "
-        "function",
+        "On testing for spatial correspondence between maps of human brain structure and function",
         2018,
         journal="NeuroImage",
         volume=178,
@@ -227,4 +226,3 @@ def derivative_readme(methods: list[MethodSpec], *, version: str, held_out: bool
         "",
     ]
     return "\n".join(lines)
-

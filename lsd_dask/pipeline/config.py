@@ -8,8 +8,12 @@ A pipeline YAML looks like::
       - {id: sub-03, zarr: data/sub-03.zarr}     # (n_vertices, T) array, hemisphere_sizes attr
       - {id: run-a, left: a.lh.mgz, right: a.rh.mgz, time_slice: [0, 300]}  # part of a run
     # globs: {left: "data/*.L.func.gii", right: "data/*.R.func.gii"}  # or cifti:, zarr:; id = stem
-    splits: null                   # null: sorted subjects halved; or {split1: [...], split2: [...]}
-    mesh: {left: lh.surf.gii, right: rh.surf.gii}
+    # bids: {root: fmriprep/, participant_label: [01, 02], space: fsLR, den: 91k, task: rest}
+    #                              # an fMRIPrep tree; ids from sub- (pipeline/bids_input.py)
+    splits: null                   # null: sorted participants halved; random: halved at random
+                                   # (random_state); or {split1: [...], split2: [...]}
+    mesh: {left: lh.surf.gii, right: rh.surf.gii}   # or conte69 / fsaverage5; null: the
+                                   # standard mesh with the data's vertex count
     display_mesh: null             # {left: lh.inflated.surf.gii, right: ...} for the figures
     sphere: null                   # {left: lh.sphere.surf.gii, right: ...} for the spin null;
                                    # null: fsaverage5 and 32k_fs_LR spheres are found
@@ -45,6 +49,8 @@ A pipeline YAML looks like::
       t_r: null                    # seconds; null: from each file
       confounds: null              # e.g. confounds/{subject}_desc-confounds_timeseries.tsv
       confound_columns: []         # e.g. [trans_x, trans_y, trans_z, csf, white_matter]
+      denoise: null                # nilearn's load_confounds on fMRIPrep files, e.g.
+                                   # {strategy: [motion, wm_csf, scrubbing], motion: basic}
     output: results/
     work: null                     # default <output>/work; or a URL, e.g. s3://bucket/run/work
     storage_options: {}            # fsspec options for a work URL (key, secret, endpoint...)
@@ -83,6 +89,7 @@ from ..io.settings_yaml import read_settings
 from ..io.surface_files import READERS, SubjectFiles
 from . import files
 from .atlases import AtlasSpec, parse_atlases
+from .bids_input import BidsSettings, bids_subjects
 from .methods import MethodSpec, check_options, default_methods, numbers, parse_methods
 from .preprocess import PreprocessSettings
 from .svd import SvdSettings
@@ -103,6 +110,13 @@ class PipelineConfig:
     mesh: dict[str, str]
     output: Path
     splits: dict[str, list[str]] | None = None
+    #: the fMRIPrep tree the subjects were found in (``bids:``), if any
+    bids: BidsSettings | None = None
+    #: subject id -> participant, where a participant has several runs (each run a subject
+    #: id; a participant's runs go into one split)
+    participants: dict[str, str] = field(default_factory=dict)
+    #: what the mesh is: the file pair given, or the standard mesh chosen for the data
+    mesh_source: str = "given"
     #: the methods to run, each with its spatial settings (``methods:`` in the file; the
     #: top-level spatial settings below are every method's defaults)
     methods: list[MethodSpec] = field(
@@ -153,13 +167,11 @@ class PipelineConfig:
         return self.work or str(self.output / "work")
 
     def resolved_splits(self) -> dict[str, list[str]]:
-        """Explicit splits, or the sorted subject ids halved."""
-        ids = [s.subject for s in self.subjects]
+        """Explicit splits, or the sorted participants halved (a participant's runs
+        together)."""
         if self.splits:
             return {k: list(v) for k, v in self.splits.items()}
-        ordered = sorted(ids)
-        half = len(ordered) // 2
-        return {"split1": ordered[:half], "split2": ordered[half:]}
+        return halve([s.subject for s in self.subjects], self.participants)
 
     def to_dict(self, relative_to: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         """The settings as plain data; with ``relative_to``, local paths are written
@@ -184,6 +196,8 @@ class PipelineConfig:
             for s in self.subjects
         ]
         d["mesh"] = {h: path(v) for h, v in self.mesh.items()}
+        if self.bids is not None:
+            d["bids"]["root"] = path(self.bids.root)
         for key in ("sphere", "display_mesh"):
             if getattr(self, key) is not None:
                 d[key] = {h: path(v) for h, v in getattr(self, key).items()}
@@ -233,6 +247,13 @@ class PipelineConfig:
         unknown = sorted((a | b) - set(ids))
         if unknown:
             raise ValueError(f"split(s) name unknown subject(s): {unknown}.")
+        owner = self.participants
+        shared = sorted({owner[i] for i in a if i in owner} & {owner[i] for i in b if i in owner})
+        if shared:
+            raise ValueError(
+                f"participant(s) {shared} have runs in both splits; a participant's runs "
+                "must stay in one split."
+            )
         empty = [name for name, v in splits.items() if len(v) == 0]
         if empty:
             raise ValueError(f"split {empty[0]!r} has no subjects; each split needs at least one.")
@@ -259,7 +280,8 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
 
     Every key is checked: an unknown one fails with the closest known key, a bad value with
     the key's name. A mapping override of ``svd`` updates the file's ``svd`` section key by
-    key (``svd={"rank": 50}`` keeps the file's other SVD settings).
+    key (``svd={"rank": 50}`` keeps the file's other SVD settings);
+    ``preprocess_denoise`` sets ``preprocess.denoise`` alone.
     """
     raw: dict[str, Any] = {}
     base = Path.cwd()
@@ -278,6 +300,9 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
             continue
         if key == "svd" and isinstance(value, dict):
             raw["svd"] = {**files.mapping(raw.get("svd"), "svd"), **value}
+        elif key == "preprocess_denoise":
+            raw["preprocess"] = {**files.mapping(raw.get("preprocess"), "preprocess")}
+            raw["preprocess"]["denoise"] = value
         else:
             raw[key] = value
     files.check_keys(raw, _TOP_KEYS, where)
@@ -293,17 +318,32 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     ks = [ks] if isinstance(ks, int) and not isinstance(ks, bool) else ks
     if not isinstance(ks, list | tuple) or not ks:
         raise ValueError(f"ks: a list of cluster counts, got {ks!r}.")
+    bids = BidsSettings.from_mapping(raw["bids"], base) if raw.get("bids") else None
+    subjects, participants = files.subjects(raw, base), {}
+    if bids is not None:
+        found, participants = bids_subjects(bids)
+        subjects += found
+    if not subjects:
+        raise ValueError("no subjects: give 'subjects', 'globs' or 'bids' in the pipeline file.")
+    random_state = files.int_setting(
+        raw.get("random_state", _default("random_state")), "random_state", 0
+    )
     splits = raw.get("splits")
-    if splits is not None and not (
+    if splits == "random":
+        splits = halve([s.subject for s in subjects], participants, random_state=random_state)
+    elif splits is not None and not (
         isinstance(splits, dict) and all(isinstance(v, list) for v in splits.values())
     ):
-        raise ValueError("splits: a mapping of split name to a list of subject ids, or null.")
+        raise ValueError(
+            "splits: a mapping of split name to a list of subject ids, random, or null."
+        )
+    mesh, mesh_source = files.mesh(raw.get("mesh"), base, subjects[0])
     cfg = PipelineConfig(
-        subjects=files.subjects(raw, base),
-        mesh={
-            h: str(files.resolve(v, base))
-            for h, v in files.mapping(raw.get("mesh"), "mesh").items()
-        },
+        subjects=subjects,
+        mesh=mesh,
+        mesh_source=mesh_source,
+        bids=bids,
+        participants=participants,
         sphere=files.pair_of_surfaces(raw.get("sphere"), base, "sphere"),
         display_mesh=files.pair_of_surfaces(raw.get("display_mesh"), base, "display_mesh"),
         output=files.resolve(raw.get("output", "lsd_dask_output"), base),
@@ -316,9 +356,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         ),
         nonfinite=str(raw.get("nonfinite", _default("nonfinite"))),
         cluster=files.cluster(raw.get("cluster"), base),
-        random_state=files.int_setting(
-            raw.get("random_state", _default("random_state")), "random_state", 0
-        ),
+        random_state=random_state,
         null_repeats=files.int_setting(
             raw.get("null_repeats", _default("null_repeats")), "null_repeats", 0
         ),
@@ -338,7 +376,29 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     return cfg
 
 
-_TOP_KEYS = ({f.name for f in fields(PipelineConfig)} - {"spatial"}) | {"globs", *SPATIAL_OPTIONS}
+#: the keys of a pipeline file (the fields that are derived from others are not among them)
+_TOP_KEYS = {f.name for f in fields(PipelineConfig)} - {"spatial", "participants", "mesh_source"}
+_TOP_KEYS |= {"globs", *SPATIAL_OPTIONS}
+
+
+def halve(
+    ids: list[str], participants: dict[str, str], *, random_state: int | None = None
+) -> dict[str, list[str]]:
+    """Two splits of the subject ids: the participants sorted (or shuffled with
+    ``random_state``) and halved, each participant's ids in one split."""
+    import numpy as np
+
+    groups: dict[str, list[str]] = {}
+    for i in sorted(ids):
+        groups.setdefault(participants.get(i, i), []).append(i)
+    order = sorted(groups)
+    if random_state is not None:
+        order = [order[j] for j in np.random.default_rng(random_state).permutation(len(order))]
+    half = len(order) // 2
+    return {
+        "split1": sorted(i for p in order[:half] for i in groups[p]),
+        "split2": sorted(i for p in order[half:] for i in groups[p]),
+    }
 
 
 def _content_identity(path: str | os.PathLike[str]) -> Any:

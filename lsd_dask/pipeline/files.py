@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..io.surface_files import READERS, SubjectFiles, file_keys
+from ..io.surface_files import READERS, SubjectFiles, file_keys, vertex_counts
 
 __all__ = [
     "check_keys",
@@ -156,9 +156,30 @@ def subjects(raw: dict[str, Any], base: Path) -> list[SubjectFiles]:
             stem = Path(m).name.split(".")[0]
             others = {k: _match_stem(stem, str(resolve(globs[k], base)), k) for k in keys[1:]}
             out.append(SubjectFiles.from_keys(stem, **{keys[0]: Path(m)}, **others))
-    if not out:
-        raise ValueError("no subjects: give 'subjects' or 'globs' in the pipeline file.")
     return out
+
+
+def mesh(v: Any, base: Path, first: SubjectFiles) -> tuple[dict[str, str], str]:
+    """The ``mesh`` setting as a pair of surface files and what it is: the files given, a
+    standard mesh by name (``conte69``, ``fsaverage5``), or, when none is given, the
+    standard mesh with the first subject's vertex count."""
+    from ..datasets.templates import STANDARD_MESHES, standard_mesh
+
+    if v is None or isinstance(v, str):
+        if v is None:
+            sizes = vertex_counts(first)
+            name = next((k for k, n in STANDARD_MESHES.items() if sizes == [n, n]), None)
+            if name is None:
+                raise ValueError(
+                    f"mesh: give the surfaces ({{left: lh.surf.gii, right: rh.surf.gii}}); "
+                    f"subject {first.subject}'s {sizes} vertices per hemisphere match no "
+                    f"standard mesh ({', '.join(STANDARD_MESHES)})."
+                )
+        else:
+            name = v
+        files, source = standard_mesh(name)
+        return {h: str(p) for h, p in files.items()}, source
+    return {h: str(resolve(p, base)) for h, p in mapping(v, "mesh").items()}, "given"
 
 
 def _match_stem(stem: str, pattern: str, key: str) -> Path:

@@ -4,6 +4,7 @@ how to cite them (:mod:`.citations`), and the figures."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 
 from .. import __version__
 from ..cluster import SPATIAL_OPTIONS
-from ..io.atomic import atomic_copy, atomic_write_text, remove_path
+from ..io.atomic import atomic_copy, atomic_write_bytes, atomic_write_text, remove_path
 from ..io.bids import (
     atlas_description,
     atlas_folder,
@@ -172,7 +173,11 @@ def _copy_surfaces(
     copied = {}
     for hemi in HEMISPHERES:
         name = bids_name({**template, "hemi": hemi[0].upper()}, "mesh", ".surf.gii")
-        copied[hemi] = atomic_copy(mesh[hemi], out / "surfaces" / name)
+        if mesh[hemi].endswith(".gz"):  # nilearn's fsaverage5 comes gzipped
+            data = gzip.decompress(Path(mesh[hemi]).read_bytes())
+            copied[hemi] = atomic_write_bytes(out / "surfaces" / name, data)
+        else:
+            copied[hemi] = atomic_copy(mesh[hemi], out / "surfaces" / name)
     return copied
 
 

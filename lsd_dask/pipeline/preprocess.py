@@ -5,8 +5,9 @@ usually does to the time series first.
   over the unmasked vertices only, so the medial wall's zeros do not bleed into cortex;
 - temporal clean-up through nilearn's ``signal.clean``: detrending, confound regression
   from a per-subject TSV (fMRIPrep's ``*_desc-confounds_timeseries.tsv``, columns chosen by
-  name) and a Butterworth band-pass, which needs the repetition time (read from the file,
-  or given as ``t_r``).
+  name, or a denoising strategy of nilearn's ``load_confounds`` for the TSV beside each
+  fMRIPrep BOLD file, scrubbing included) and a Butterworth band-pass, which needs the
+  repetition time (read from the file, or given as ``t_r``).
 
 Each subject is then z-scored per vertex by the ingest stage, as without preprocessing.
 """
@@ -24,8 +25,11 @@ import scipy.sparse as sp
 from ..io.surface_files import SubjectFiles, subject_t_r
 
 __all__ = [
+    "DENOISE_PRESETS",
     "PreprocessSettings",
     "clean_subject",
+    "denoise_confounds",
+    "denoise_setting",
     "preprocess_subject",
     "read_confounds",
     "subject_t_r_of",
@@ -52,6 +56,12 @@ class PreprocessSettings:
         pipeline file's folder (e.g. ``confounds/{subject}_desc-confounds_timeseries.tsv``).
     confound_columns : list of str
         The TSV's columns to regress out (e.g. ``[trans_x, trans_y, csf, white_matter]``).
+    denoise : dict or None
+        A denoising strategy of nilearn's ``load_confounds`` on fMRIPrep's files: the
+        confounds TSV is found beside each subject's BOLD file. ``{"preset": name}`` runs
+        ``load_confounds_strategy`` (simple, scrubbing, compcor, ica_aroma); otherwise the
+        mapping holds ``load_confounds``' arguments (``strategy``: motion, wm_csf,
+        global_signal, scrub, high_pass...). Scrubbed volumes are left out of the data.
     """
 
     smoothing_mm: float = 0.0
@@ -61,11 +71,12 @@ class PreprocessSettings:
     t_r: float | None = None
     confounds: str | None = None
     confound_columns: list[str] = field(default_factory=list)
+    denoise: dict[str, Any] | None = None
 
     @property
     def temporal(self) -> bool:
         """Whether nilearn's ``signal.clean`` has anything to do."""
-        return bool(self.detrend or self.band_pass or self.confounds)
+        return bool(self.detrend or self.band_pass or self.confounds or self.denoise)
 
     @property
     def band_pass(self) -> bool:
@@ -125,7 +136,12 @@ class PreprocessSettings:
                 )
         elif cols:
             raise ValueError("preprocess.confound_columns is set but preprocess.confounds is not.")
-        return cls(smoothing, detrend, hp, lp, tr, conf, list(cols))
+        denoise = denoise_setting(raw.get("denoise"))
+        if denoise is not None and conf is not None:
+            raise ValueError(
+                "preprocess: give confounds (a TSV's columns) or denoise (a strategy), not both."
+            )
+        return cls(smoothing, detrend, hp, lp, tr, conf, list(cols), denoise)
 
 
 def read_confounds(
@@ -183,12 +199,89 @@ def read_confounds(
     return values.fillna(values.mean()).to_numpy(np.float64)
 
 
+#: nilearn's ``load_confounds_strategy`` presets
+DENOISE_PRESETS = ("simple", "scrubbing", "compcor", "ica_aroma")
+
+
+def denoise_setting(raw: Any) -> dict[str, Any] | None:
+    """``preprocess.denoise`` checked: a preset name, a list (or comma-separated string)
+    of ``load_confounds`` strategies, or a mapping of its arguments; an error names what
+    is wrong and what is allowed."""
+    import inspect
+    import typing
+
+    from nilearn.interfaces.fmriprep import load_confounds
+
+    if raw is None:
+        return None
+    if isinstance(raw, str) and raw in DENOISE_PRESETS:
+        return {"preset": raw}
+    if isinstance(raw, str):
+        raw = [part.strip() for part in raw.split(",") if part.strip()]
+    if isinstance(raw, list):
+        raw = {"strategy": raw}
+    if not isinstance(raw, dict):
+        raise ValueError(
+            f"preprocess.denoise: a preset ({', '.join(DENOISE_PRESETS)}), a list of "
+            f"strategies or a mapping of load_confounds' arguments; got {raw!r}."
+        )
+    if "preset" in raw:
+        if set(raw) != {"preset"} or raw["preset"] not in DENOISE_PRESETS:
+            raise ValueError(
+                f"preprocess.denoise.preset: one of {list(DENOISE_PRESETS)}, alone; got {raw!r}."
+            )
+        return dict(raw)
+    params = inspect.signature(load_confounds).parameters
+    unknown = sorted(set(raw) - (set(params) - {"img_files"}))
+    if unknown:
+        raise ValueError(
+            f"preprocess.denoise: unknown key(s) {unknown}; nilearn's load_confounds takes "
+            f"{sorted(set(params) - {'img_files'})}."
+        )
+    strategy = raw.get("strategy", ["motion", "high_pass", "wm_csf"])
+    allowed = typing.get_args(typing.get_args(params["strategy"].annotation)[0])
+    names = typing.get_args(allowed[0]) if allowed else ()
+    if not isinstance(strategy, list | tuple) or not strategy:
+        raise ValueError(f"preprocess.denoise.strategy: a list of names, got {strategy!r}.")
+    bad = [str(x) for x in strategy if names and x not in names]
+    if bad:
+        raise ValueError(
+            f"preprocess.denoise.strategy: unknown {bad}; nilearn's load_confounds knows "
+            f"{list(names)} (scrubbing is 'scrub')."
+        )
+    return {**raw, "strategy": [str(x) for x in strategy]}
+
+
+def denoise_confounds(
+    s: SubjectFiles, denoise: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The confounds (T, n) of the subject's denoising strategy and its sample mask (the
+    volumes kept; None: all), from fMRIPrep's TSV beside its BOLD file."""
+    from nilearn.interfaces.fmriprep import load_confounds, load_confounds_strategy
+
+    if s.time_slice is not None:
+        raise ValueError(
+            f"subject {s.subject}: preprocess.denoise reads fMRIPrep's confounds of a whole "
+            "run, so it cannot take a time_slice."
+        )
+    img: Any = str(s.paths[0]) if s.kind == "cifti" else [str(p) for p in s.paths]
+    try:
+        if "preset" in denoise:
+            table, mask = load_confounds_strategy(img, denoise_strategy=denoise["preset"])
+        else:
+            table, mask = load_confounds(img, **denoise)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        raise ValueError(f"subject {s.subject}: denoising {s.paths[0]}: {err}") from None
+    return np.asarray(table, np.float64), None if mask is None else np.asarray(mask, np.int64)
+
+
 def clean_subject(
     x: np.ndarray,
     settings: PreprocessSettings,
     *,
     t_r: float | None = None,
     confounds: np.ndarray | None = None,
+    sample_mask: np.ndarray | None = None,
     smoothing: tuple[int, sp.spmatrix] | None = None,
 ) -> np.ndarray:
     """Preprocess one subject's (n_vertices, T) time series of the unmasked vertices.
@@ -200,12 +293,14 @@ def clean_subject(
     t_r : float, optional
         Seconds per time point (needed for a band-pass).
     confounds : ndarray of shape (n_timepoints, n_confounds), optional
+    sample_mask : ndarray of int, optional
+        The time points to keep (scrubbing); the others are left out of the result.
     smoothing : (steps, adjacency), optional
         Averaging steps of :func:`~lsd_dask.surface.smooth_on_mesh` on the vertices of x.
 
     Returns
     -------
-    ndarray of shape (n_vertices, n_timepoints), float64
+    ndarray of shape (n_vertices, n_kept), float64
     """
     from ..surface import smooth_on_mesh
 
@@ -220,6 +315,7 @@ def clean_subject(
             detrend=settings.detrend,
             standardize=None,
             confounds=confounds,
+            sample_mask=sample_mask,
             filter="butterworth" if settings.band_pass else False,
             low_pass=settings.low_pass,
             high_pass=settings.high_pass,
@@ -256,7 +352,9 @@ def preprocess_subject(
 ) -> np.ndarray:
     """One subject's time series (n_vertices × T, float64) through ``preprocess``: its
     confounds read, its TR found, then :func:`clean_subject`."""
-    confounds = None
+    confounds, sample_mask = None, None
+    if pp.denoise is not None:
+        confounds, sample_mask = denoise_confounds(s, pp.denoise)
     if pp.confounds is not None:
         confounds = read_confounds(
             pp.confound_path(s.subject),
@@ -266,4 +364,6 @@ def preprocess_subject(
             time_slice=s.time_slice,
         )
     tr = subject_t_r_of(pp, s) if pp.band_pass else None
-    return clean_subject(x, pp, t_r=tr, confounds=confounds, smoothing=smoothing)
+    return clean_subject(
+        x, pp, t_r=tr, confounds=confounds, sample_mask=sample_mask, smoothing=smoothing
+    )

@@ -12,7 +12,7 @@ from ..distributed import task_location
 from ..io.surface_files import load_subject
 from ..io.zarr_store import SplitWriter
 from .config import PipelineConfig
-from .preprocess import preprocess_subject
+from .preprocess import denoise_confounds, preprocess_subject
 
 __all__ = ["MIN_TIMEPOINTS", "check_flat", "read_subject"]
 
@@ -66,11 +66,16 @@ def read_subject(
             f"{', '.join(str(p) for p in s.paths)}."
         )
     bad = constant | nonfinite
+    kept_timepoints = int(x.shape[1])
+    if cfg.preprocess.denoise is not None:
+        # scrubbing leaves volumes out: the store holds the kept ones only
+        _, sample_mask = denoise_confounds(s, cfg.preprocess.denoise)
+        kept_timepoints = kept_timepoints if sample_mask is None else len(sample_mask)
     stats: dict[str, Any] = {
         "bad": np.packbits(bad),
         "constant": int(constant.sum()),
         "nonfinite": int(nonfinite.sum()),
-        "timepoints": int(x.shape[1]),
+        "timepoints": kept_timepoints,
         "flat": np.zeros(0, np.int64),
         "where": task_location(),
     }

@@ -1,7 +1,9 @@
-"""Write a synthetic split-half study to disk as CIFTI or GIFTI files, with its meshes."""
+"""Write a synthetic split-half study to disk as CIFTI, GIFTI or Zarr files with its meshes,
+or as an fMRIPrep derivatives tree."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +14,7 @@ import yaml
 
 from .._validation import RandomState
 from ..datasets.synthetic import surface_study
+from ..io.bids import bids_label
 from ..io.surface_files import (
     write_dtseries,
     write_func_gifti,
@@ -20,7 +23,7 @@ from ..io.surface_files import (
 )
 from ..surface import two_hemisphere_mesh
 
-__all__ = ["write_study", "synthesize", "synthesize_realistic"]
+__all__ = ["write_fmriprep_tree", "write_study", "synthesize", "synthesize_realistic"]
 
 
 def write_study(
@@ -48,10 +51,12 @@ def write_study(
     leave the other vertices out of their brain models and carry a subcortical block, as
     HCP's files do.
     """
-    if fmt not in ("gifti", "cifti", "zarr"):
-        raise ValueError(f"fmt must be 'gifti', 'cifti' or 'zarr', got {fmt!r}.")
+    if fmt not in ("gifti", "cifti", "zarr", "fmriprep"):
+        raise ValueError(f"fmt must be 'gifti', 'cifti', 'zarr' or 'fmriprep', got {fmt!r}.")
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
+    if fmt == "fmriprep":
+        return write_fmriprep_tree(study, root, rank=rank, log=log)
     lh, rh = study.meshes["left"], study.meshes["right"]
     write_surface_gifti(root / "lh.surf.gii", lh, hemisphere="left")
     write_surface_gifti(root / "rh.surf.gii", rh, hemisphere="right")
@@ -100,6 +105,117 @@ def write_study(
     path = root / "pipeline.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
+
+
+#: the confound columns fMRIPrep writes that nilearn's load_confounds strategies read
+_MOTION = ("trans_x", "trans_y", "trans_z", "rot_x", "rot_y", "rot_z")
+_SIGNALS = ("white_matter", "csf", "global_signal")
+
+
+def write_fmriprep_tree(
+    study: Any,
+    folder: str | os.PathLike[str],
+    *,
+    rank: int = 1000,
+    task: str = "rest",
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Write a study as fMRIPrep writes its surface outputs; return a pipeline YAML that
+    reads it through its ``bids:`` section.
+
+    Per subject ``sub-<label>/func/``: ``sub-<label>_task-rest_space-fsLR_den-91k_bold
+    .dtseries.nii`` (on 32k_fs_LR meshes; ``hemi-L``/``hemi-R`` ``space-fsaverage5``
+    ``.func.gii`` pairs on fsaverage5, ``space-custom`` ones otherwise) and
+    ``sub-<label>_task-rest_desc-confounds_timeseries.tsv``: motion, white matter, CSF and
+    global signals with their derivatives and squares, framewise displacement, DVARS and
+    cosine drift regressors, with ``n/a`` in the first row of the derivative columns as
+    fMRIPrep leaves it. Two volumes of every subject have a framewise displacement of
+    0.9 mm, which scrubbing removes. Subject ids become the ``sub-`` labels
+    (``sub-001`` -> ``sub-001``; others are prefixed with ``sub-``).
+    """
+    root = Path(folder)
+    lh, rh = study.meshes["left"], study.meshes["right"]
+    sizes = [lh.n_vertices, rh.n_vertices]
+    cortex = getattr(study, "cortex", None)
+    tr = float(getattr(study, "tr", 1.0))
+    space = {32492: "fsLR", 10242: "fsaverage5"}.get(sizes[0], "custom")
+    (root / "dataset_description.json").write_text(
+        json.dumps(
+            {
+                "Name": "synthetic fMRIPrep outputs (lsd-dask synth)",
+                "BIDSVersion": "1.10.0",
+                "DatasetType": "derivative",
+                "GeneratedBy": [{"Name": "lsd-dask synth"}],
+            },
+            indent=2,
+        )
+    )
+    splits = {}
+    for i, sid in enumerate(study.subjects, 1):
+        label = bids_label(str(sid).removeprefix("sub-"))
+        func = root / f"sub-{label}" / "func"
+        func.mkdir(parents=True, exist_ok=True)
+        stem = f"sub-{label}_task-{task}"
+        x = study.subject_data(sid)
+        if space == "fsLR":
+            write_dtseries(
+                func / f"{stem}_space-fsLR_den-91k_bold.dtseries.nii",
+                x,
+                sizes,
+                tr=tr,
+                cortex=cortex,
+            )
+        else:
+            for h, part in (("left", x[: sizes[0]]), ("right", x[sizes[0] :])):
+                name = f"{stem}_hemi-{h[0].upper()}_space-{space}_bold.func.gii"
+                write_func_gifti(func / name, part, hemisphere=h, tr=tr)
+        _write_confounds(func / f"{stem}_desc-confounds_timeseries.tsv", x.shape[1], tr, i)
+        splits[f"sub-{label}"] = next(k for k, v in study.splits.items() if sid in v)
+        if log:
+            log(f"[synth] wrote {i}/{len(study.subjects)}: sub-{label}")
+    np.save(root / "truth.npy", study.labels)
+    cfg: dict[str, Any] = {
+        "bids": {"root": ".", "space": space, "task": task},
+        "splits": {k: sorted(s for s, v in splits.items() if v == k) for k in study.splits},
+        "methods": ["directional"],
+        "ks": [max(2, study.n_parcels // 2), study.n_parcels],
+        "svd": {"method": "randomized", "rank": int(min(rank, max(1, _split_columns(study) // 2)))},
+        "preprocess": {"denoise": "simple"},
+        "output": "results",
+    }
+    if space != "fsLR" or cortex is None:  # not conte69: the meshes go with the data
+        write_surface_gifti(root / "lh.surf.gii", lh, hemisphere="left")
+        write_surface_gifti(root / "rh.surf.gii", rh, hemisphere="right")
+        cfg["mesh"] = {"left": "lh.surf.gii", "right": "rh.surf.gii"}
+    path = root / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def _write_confounds(path: Path, n: int, tr: float, seed: int) -> None:
+    """An fMRIPrep-like confounds TSV of ``n`` volumes (seeded by ``seed``)."""
+    import pandas as pd
+
+    rng = np.random.default_rng([seed, 11])
+    cols: dict[str, np.ndarray] = {}
+    for name in (*_MOTION, *_SIGNALS):
+        base = np.cumsum(rng.standard_normal(n)) * 0.01
+        deriv = np.r_[np.nan, np.diff(base)]
+        cols[name] = base
+        cols[f"{name}_derivative1"] = deriv
+        cols[f"{name}_power2"] = base**2
+        cols[f"{name}_derivative1_power2"] = deriv**2
+    fd = np.abs(rng.normal(0.1, 0.03, n))
+    fd[[n // 3, 2 * n // 3]] = 0.9  # two volumes for scrubbing to remove
+    fd[0] = np.nan
+    cols["framewise_displacement"] = fd
+    cols["std_dvars"] = np.r_[np.nan, np.abs(rng.normal(1.0, 0.1, n - 1))]
+    cols["dvars"] = cols["std_dvars"] * 20
+    t = (np.arange(n) + 0.5) / n
+    for j in range(max(1, int(n * tr / 128))):  # fMRIPrep's 128 s discrete cosine basis
+        cols[f"cosine{j:02d}"] = np.sqrt(2 / n) * np.cos(np.pi * (j + 1) * t)
+    pd.DataFrame(cols).to_csv(path, sep="\t", index=False, na_rep="n/a", float_format="%.6g")
+    path.with_suffix(".json").write_text("{}")
 
 
 def synthesize(

@@ -16,9 +16,9 @@ import yaml
 from click.testing import CliRunner
 
 from lsd_dask import cli, metrics
-from lsd_dask.plotting import dseg_colormap
 from lsd_dask.io.bids import bids_name, find_atlas_folder, parse_bids_name, surface_template
 from lsd_dask.io.surface_files import write_dtseries, write_surface_gifti
+from lsd_dask.plotting import dseg_colormap
 from lsd_dask.testing.bids_validator import bids_validator_errors
 
 matplotlib.use("Agg")

@@ -209,3 +209,33 @@ def test_a_subject_id_cannot_lead_the_confounds_template_out_of_its_folder(tmp_p
     with pytest.raises(ValueError, match="path separator or a leading"):
         settings.confound_path(sid)
     assert settings.confound_path("sub-01") == tmp_path / "conf" / "sub-01.tsv"
+
+
+def test_denoise_is_nilearns_load_confounds_then_signal_clean(tmp_path, study):
+    """On an fMRIPrep tree of GIFTI pairs (a custom mesh), a denoising strategy regresses
+    out what nilearn's own load_confounds finds beside the BOLD files, and scrubbing leaves
+    the high-motion volumes out."""
+    from nilearn import signal
+    from nilearn.interfaces.fmriprep import load_confounds
+
+    from lsd_dask.pipeline.preprocess import preprocess_subject
+
+    cfg = load_config(write_study(study, tmp_path, fmt="fmriprep"))
+    s = cfg.subjects[0]
+    assert s.subject == "sub-001" and s.kind == "gifti" and "space-custom" in s.paths[0].name
+    x = np.asarray(study.subject_data(study.subjects[0]), np.float64)
+    strategy = {"strategy": ["motion", "wm_csf", "scrub"], "motion": "basic", "scrub": 0}
+    got = preprocess_subject(_settings(denoise=strategy), s, x, None)
+    table, mask = load_confounds([str(p) for p in s.paths], **strategy)
+    want = signal.clean(x.T, confounds=table, sample_mask=mask, standardize=None, detrend=False).T
+    assert mask is not None and got.shape == (x.shape[0], x.shape[1] - 2) == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-8)
+    # presets, comma lists and mappings; an unknown name fails naming nilearn's choices
+    assert _settings(denoise="simple").denoise == {"preset": "simple"}
+    assert _settings(denoise="motion, wm_csf").denoise == {"strategy": ["motion", "wm_csf"]}
+    with pytest.raises(ValueError, match=r"unknown \['scrubbing'\].*'scrub'"):
+        _settings(denoise=["motion", "scrubbing"])
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['fd'\]"):
+        _settings(denoise={"strategy": ["scrub"], "fd": 0.2})
+    with pytest.raises(ValueError, match="not both"):
+        _settings(denoise="simple", confounds="{subject}.tsv", confound_columns=["csf"])
