@@ -280,9 +280,11 @@ def demo(out: Path) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["gifti", "cifti", "zarr"]),
-    default="gifti",
-    help="File format of the time series.",
+    type=click.Choice(["gifti", "cifti", "zarr", "fmriprep"]),
+    default=None,
+    help="File format of the time series: gifti, cifti, zarr, or fmriprep (a BIDS tree as "
+    "fMRIPrep writes it, with confounds, run by its pipeline file's `bids:`). Default: "
+    "gifti, and HCP-layout cifti with --template.",
 )
 @click.option(
     "--frequency",
@@ -310,7 +312,7 @@ def demo(out: Path) -> None:
 @click.option("--snr", default=0.5, help="Signal-to-noise variance ratio with --template.")
 def synth(
     folder: Path,
-    fmt: str,
+    fmt: str | None,
     frequency: int,
     parcels: int,
     subjects: int,
@@ -324,6 +326,7 @@ def synth(
     from .pipeline import synthesize, synthesize_realistic
 
     if template is not None:
+        fmt = fmt or "cifti"
         path = synthesize_realistic(
             folder,
             fmt=fmt,
@@ -344,7 +347,7 @@ def synth(
         n_parcels=parcels,
         n_subjects=(subjects, subjects),
         n_timepoints=timepoints,
-        fmt=fmt,
+        fmt=fmt or "gifti",
         random_state=seed,
         medial_wall_fraction=0.08,
         log=click.echo,

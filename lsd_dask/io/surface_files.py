@@ -344,12 +344,14 @@ def write_func_gifti(
 
 
 def write_surface_gifti(path: str | os.PathLike[str], mesh: Mesh, *, hemisphere: str) -> Path:
-    """A ``.surf.gii`` mesh."""
+    """A ``.surf.gii`` mesh. Its hemisphere goes into the file's and the point set's
+    metadata: Workbench reads a surface's structure from the point set."""
     structure = "CortexLeft" if hemisphere == "left" else "CortexRight"
     pts = nib.gifti.GiftiDataArray(
         mesh.vertices.astype(np.float32),
         intent="NIFTI_INTENT_POINTSET",
         datatype="NIFTI_TYPE_FLOAT32",
+        meta=nib.gifti.GiftiMetaData({"AnatomicalStructurePrimary": structure}),
     )
     tri = nib.gifti.GiftiDataArray(
         mesh.faces.astype(np.int32), intent="NIFTI_INTENT_TRIANGLE", datatype="NIFTI_TYPE_INT32"

@@ -82,7 +82,7 @@ def test_synth_template_writes_hcp_layout_cifti_that_the_pipeline_reads(tmp_path
     from lsd_dask.cli import main
     from lsd_dask.io.surface_files import SubjectFiles, load_subject
 
-    args = ["synth", str(tmp_path), "--format", "cifti", "--template", "conte69"]
+    args = ["synth", str(tmp_path), "--template", "conte69"]  # CIFTI unless told otherwise
     args += ["--parcels", "100", "--subjects", "1", "--timepoints", "20"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output

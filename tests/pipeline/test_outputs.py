@@ -221,6 +221,17 @@ def test_workbench_reads_every_label_file(run):
         ent, _, _ = parse_bids_name(path.name)
         # the map is named after the method, K and split
         assert f"K={ent['scale']}" in res.stdout, res.stdout
+    # the surfaces the sidecars name carry their structure: Workbench draws borders on them
+    left = next(find_atlas_folder(out).glob("*_hemi-L_*.label.gii"))
+    side = Path(str(left).replace("hemi-L_", "")).with_suffix("").with_suffix(".json")
+    sidecar = json.loads(side.read_text())
+    border = out.parent / "left.border"
+    res = subprocess.run(
+        ["wb_command", "-label-to-border", str(out / sidecar["SpatialReference"]["left"]),
+         str(left), str(border)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0 and border.stat().st_size > 0, res.stderr
 
 
 def test_scores_carry_ami_z_values_and_a_spin_null(run):
@@ -294,6 +305,8 @@ def test_figures_use_a_given_inflated_surface(tmp_path, study):
     # the right hemisphere's vertex count under the left's name, without its own label
     right = nib.load(str(folder / "rh.inflated.gii"))
     right.meta = nib.gifti.GiftiMetaData({})
+    for array in right.darrays:
+        array.meta = nib.gifti.GiftiMetaData({})
     nib.save(right, str(folder / "unlabelled.gii"))
     bad = {"left": "unlabelled.gii", "right": "rh.inflated.gii"}
     cfg = load_config(folder / "pipeline.yaml", output=str(folder / "out"), display_mesh=bad)
