@@ -78,8 +78,12 @@ def _pem_option(flag: str, help: str):
 @click.option("--quiet", is_flag=True, help="Print warnings and errors only (no progress).")
 def main(debug: bool, quiet: bool) -> None:
     """Cortical parcellation from resting-state fMRI on Dask."""
-    # the library's lines are `logging` records under "lsd_dask": the CLI sets their level
-    logging.getLogger("lsd_dask").setLevel(logging.WARNING if quiet else logging.INFO)
+    # the library's lines are `logging` records under "lsd_dask": the CLI sets their level,
+    # and stamps them with the time (a batch log shows when each step ended)
+    logger = logging.getLogger("lsd_dask")
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    for handler in logger.handlers:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     if not debug:
         # a task that fails on a worker thread of this process would print its traceback
         # here; the error itself ends the run as one line (--debug shows both)

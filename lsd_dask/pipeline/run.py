@@ -18,7 +18,8 @@ same inputs and settings (see :mod:`.workdir`):
    each method fitted on one time half of a split and scored on the other.
 
 Then the split-half scores (:mod:`.scores`), the outputs (:mod:`.outputs`) and
-``report.json`` / ``report.html``.
+``report.json`` / ``report.html``. Every line goes to the log file ``lsd-dask.log`` in
+the output folder too, with its time stamp.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .. import __version__
 from ..distributed import PausedWorkers, active_client
 from ..io.lock import WorkLock
 from . import plan
+from ._log import log_file
 from .config import PipelineConfig
 from .outputs import write_outputs
 from .preflight import preflight
@@ -60,9 +63,18 @@ def run_pipeline(
     :data:`~lsd_dask.distributed.PAUSED_LIMIT_S` end it with :class:`MemoryError`.
     """
     t_start = time.perf_counter()
+    # bad settings or inputs fail here, before the output folder or its log file exist
+    meshes = preflight(cfg)[0]
+    header = f"[run] {command or 'run_pipeline'} (lsd-dask {__version__})"
+    with log_file(cfg.output, get_log("lsd_dask.pipeline", log), header) as logged:
+        ctx = RunContext.open(cfg, logged, meshes, command, lock)
+        return _run(ctx, command, t_start)
+
+
+def _run(ctx: RunContext, command: str | None, t_start: float) -> dict[str, Any]:
+    """:func:`run_pipeline`'s stages, scores and outputs."""
+    cfg, log = ctx.cfg, ctx.log
     timings: dict[str, float] = {}
-    log = get_log("lsd_dask.pipeline", log)
-    ctx = RunContext.open(cfg, log, preflight(cfg)[0], command, lock)
     try:
         # workers paused over their memory for a minute end the run (they never resume)
         with PausedWorkers(active_client()):

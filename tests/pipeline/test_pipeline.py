@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import nibabel as nib
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+import lsd_dask
 from lsd_dask import cli, metrics
 from lsd_dask.datasets import surface_study
 from lsd_dask.io.bids import find_atlas_folder
@@ -98,6 +100,12 @@ def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     assert not any(line.startswith("[cluster] split1 directional K=10:") for line in logs2)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert report2["scores"] == report["scores"]
+    # both runs' lines, time-stamped, in the output folder's log file
+    lines = (out / "lsd-dask.log").read_text().splitlines()
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} "
+    assert all(re.match(stamp, line) for line in lines)
+    assert [line.split(" ", 1)[1] for line in lines] == [*logs, *logs2]
+    assert logs[0] == logs2[0] == f"[run] run_pipeline (lsd-dask {lsd_dask.__version__})"
 
 
 def _bad(tmp_path, study, mutate):
