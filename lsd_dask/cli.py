@@ -19,6 +19,16 @@ from .pipeline.methods import METHODS
 if TYPE_CHECKING:
     from .pipeline.config import PipelineConfig
 
+
+def _defaults() -> dict[str, Any]:
+    from .pipeline.reference import defaults
+
+    return defaults()
+
+
+#: the pipeline file's defaults, which the flags' help states
+_DEFAULTS = _defaults()
+
 #: errors that describe bad input or settings: shown as one line unless --debug
 USER_ERRORS = (
     ValueError,
@@ -132,9 +142,12 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
     "cluster_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="A cluster_configs/*.yaml to run on (overrides the pipeline's).",
+    help="A cluster_configs/*.yaml to run on (overrides the pipeline's `cluster`; default: "
+    "a local cluster of this machine's cores).",
 )
-@click.option("--scheduler", default=None, help="Address of a running Dask scheduler.")
+@click.option(
+    "--scheduler", default=None, help="Address of a running Dask scheduler (default: none)."
+)
 @_pem_option("--tls-ca-file", "CA certificate (PEM) of a tls:// scheduler.")
 @_pem_option("--tls-cert", "Client certificate (PEM) for a tls:// scheduler.")
 @_pem_option("--tls-key", "Client private key (PEM) for a tls:// scheduler.")
@@ -142,7 +155,8 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Output folder (overrides the pipeline's `output`).",
+    help="Output folder (overrides the pipeline's `output`; default "
+    f"{_DEFAULTS['output']} beside the pipeline file, or here with --bids).",
 )
 @click.option(
     "--work",
@@ -150,7 +164,13 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
     help="Work folder or fsspec URL the workers share, e.g. s3://bucket/run/work "
     "(overrides `work`; default <output>/work).",
 )
-@click.option("--k", "ks", multiple=True, type=int, help="Cluster counts (repeat; overrides `ks`).")
+@click.option(
+    "--k",
+    "ks",
+    multiple=True,
+    type=int,
+    help=f"Cluster counts (repeat; overrides `ks`; default {_DEFAULTS['ks']}).",
+)
 @click.option(
     "--method",
     "methods",
@@ -161,12 +181,17 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
     + ". A name runs the method with no spatial option; a file without `methods` runs "
     "directional_merged (directional, spatial_weight 1, oversegment 3).",
 )
-@click.option("--rank", type=int, default=None, help="SVD rank (overrides `svd.rank`).")
+@click.option(
+    "--rank",
+    type=int,
+    default=None,
+    help=f"SVD rank (overrides `svd.rank`; default {_DEFAULTS['svd']['rank']}).",
+)
 @click.option(
     "--svd-method",
     type=click.Choice(["randomized", "streaming"]),
     default=None,
-    help="Group SVD algorithm (overrides `svd.method`).",
+    help=f"Group SVD algorithm (overrides `svd.method`; default {_DEFAULTS['svd']['method']}).",
 )
 def run(
     pipeline: Path | None,
@@ -256,6 +281,34 @@ def _run_locked(
             # workers this command started print their failed tasks' tracebacks too
             client.run(_quiet_worker_logs)
         run_pipeline(cfg, command=_command_line(), lock=lock)
+
+
+@main.command("config")
+@click.option("--markdown", is_flag=True, help="The reference page (docs/pipeline_file.md).")
+def config_command(markdown: bool) -> None:
+    """Print a pipeline file of every key at its default, each with what it does."""
+    from .pipeline.reference import commented_defaults, markdown_reference
+
+    click.echo(markdown_reference() if markdown else commented_defaults(), nl=False)
+
+
+@main.command()
+@click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def validate(pipeline: Path) -> None:
+    """Check PIPELINE (YAML): its keys and values, the subjects' files and headers, the
+    meshes; nothing is computed and no cluster starts."""
+    from .pipeline import load_config, preflight
+
+    cfg = load_config(pipeline)
+    _, sizes = preflight(cfg)
+    splits = cfg.resolved_splits()
+    click.echo(
+        f"{pipeline}: valid. {len(cfg.subjects)} subjects "
+        f"({', '.join(f'{k}: {len(v)}' for k, v in splits.items())}), "
+        f"{sizes[0]:,} + {sizes[1]:,} vertices, methods "
+        f"{', '.join(m.name for m in cfg.methods)}, K {', '.join(map(str, cfg.ks))}; "
+        f"outputs into {cfg.output}"
+    )
 
 
 def _quiet_worker_logs() -> None:

@@ -1,75 +1,14 @@
 """Pipeline configuration: defaults < YAML file < command-line overrides.
 
-A pipeline YAML looks like::
+Every key of a pipeline file, its default and what it does are listed in
+``docs/pipeline_file.md``, generated from the definitions here by :mod:`.reference`;
+``lsd-dask config`` prints them as a commented file. A minimal file::
 
-    subjects:                      # explicit list, or globs below
+    subjects:
       - {id: sub-01, left: data/sub-01.L.func.gii, right: data/sub-01.R.func.gii}
       - {id: sub-02, cifti: data/sub-02.dtseries.nii}
-      - {id: sub-03, zarr: data/sub-03.zarr}     # (n_vertices, T) array, hemisphere_sizes attr
-      - {id: run-a, left: a.lh.mgz, right: a.rh.mgz, time_slice: [0, 300]}  # part of a run
-    # globs: {left: "data/*.L.func.gii", right: "data/*.R.func.gii"}  # or cifti:, zarr:; id = stem
-    # bids: {root: fmriprep/, participant_label: [01, 02], space: fsLR, den: 91k, task: rest}
-    #                              # an fMRIPrep tree; ids from sub- (pipeline/bids_input.py)
-    splits: null                   # null: sorted participants halved; random: halved at random
-                                   # (random_state); or {split1: [...], split2: [...]}
-    mesh: {left: lh.surf.gii, right: rh.surf.gii}   # or conte69 / fsaverage5; null: the
-                                   # standard mesh with the data's vertex count
-    display_mesh: null             # {left: lh.inflated.surf.gii, right: ...} for the figures
-    sphere: null                   # {left: lh.sphere.surf.gii, right: ...} for the spin null;
-                                   # null: fsaverage5 and 32k_fs_LR spheres are found
-    methods:                       # names, or variants with their own spatial settings;
-      - {name: directional_merged, method: directional, spatial_weight: 1, oversegment: 3}
-                                   # (the default: pipeline/methods.py, DEFAULT_METHOD)
-      # - directional              # plain: no spatial option
-      # - {name: dir_spatial, method: directional, feature_smoothing_mm: 20, spatial_weight: 2}
-    ks: [50, 100]
-    svd: {method: randomized, rank: 1000, n_power_iter: 2}   # fuse_passes: true (q+2 reads)
-    min_region_size: 20
-    features: null                 # each method's own (see pipeline/methods.py), or
-                                   # us: rows of U·Σ, u: rows of U (the paper's), for all
-    # the spatial options: every parameter of lsd_dask.cluster.MeshParcellation but the
-    # estimator, K, the mesh and the seed (lsd_dask.cluster.SPATIAL_OPTIONS), with its
-    # default and bounds; here every method's, or per variant. Among them:
-    feature_smoothing_mm: 0        # blur the SVD features along the mesh (FWHM, mm) first;
-                                   # auto: each split's two halves choose it (pipeline/blur.py)
-    spatial_weight: 0              # directional, spherical_kmeans: Potts penalty per cut edge
-                                   # (the default method sets 1, and oversegment 3; set
-                                   # here, they win over the default method's)
-    oversegment: 1                 # > 1: fit oversegment × K clusters, then merge neighbours
-                                   # on the mesh with Ward's linkage down to K
-    contiguous: false              # true: connected parcels, fragments merged
-    min_parcel_size: 0             # parcels under this size merge into their most similar
-                                   # neighbour
-    nonfinite: error               # or "mask": drop vertices with NaN/inf in any subject
-    preprocess:                    # per subject at ingest, before the SVD (default: none)
-      smoothing_mm: 0              # FWHM along the mesh
-      detrend: false
-      high_pass: null              # Hz, e.g. 0.01 (nilearn's signal.clean, Butterworth)
-      low_pass: null               # Hz, e.g. 0.1
-      t_r: null                    # seconds; null: from each file
-      confounds: null              # e.g. confounds/{subject}_desc-confounds_timeseries.tsv
-      confound_columns: []         # e.g. [trans_x, trans_y, trans_z, csf, white_matter]
-      denoise: null                # nilearn's load_confounds on fMRIPrep files, e.g.
-                                   # {strategy: [motion, wm_csf, scrubbing], motion: basic}
-    output: results/
-    work: null                     # default <output>/work; or a URL, e.g. s3://bucket/run/work
-    storage_options: {}            # fsspec options for a work URL (key, secret, endpoint...)
-    cluster: null                  # a cluster_configs/*.yaml, or a scheduler address
-    random_state: 0
-    null_repeats: 5                # the split-half scores' region-size and spin nulls
-    spins: 1000                    # spins per parcellation for the held-out measures' z
-    input_identity: stat           # how a run knows an input is unchanged: size and mtime;
-                                   # content: a SHA-1 of every byte, read again each run
-                                   # (about one more read of the inputs)
-    held_out: [splits]             # the held-out scores: each split's parcels on the other
-                                   # split's data; add time_halves to fit each method on one
-                                   # half of a split's time points and score it on the other
-                                   # (pipeline/evaluate_halves.py: twice the fits, and
-                                   # their scores, again)
-    compare_atlases: []            # published parcellations scored beside the run's:
-                                   # schaefer_100..400, vosdewael_100..400 (32k_fs_LR), or
-                                   # {name: x, dlabel: f.dlabel.nii} / {name: x, left: lh.annot,
-                                   #  right: rh.annot} (.label.gii pairs too), on the mesh
+    mesh: {left: lh.surf.gii, right: rh.surf.gii}
+    ks: [100, 200]
 
 Relative paths are resolved against the YAML file's folder; ``pkg://NAME/path`` points into
 an installed package.
@@ -95,7 +34,7 @@ from .preprocess import PreprocessSettings
 from .svd import SvdSettings
 from .workdir import file_part
 
-__all__ = ["PipelineConfig", "SvdSettings", "load_config"]
+__all__ = ["PIPELINE_KEYS", "PipelineConfig", "SvdSettings", "halve", "load_config"]
 
 
 #: the SVD defaults as a mapping (from :class:`SvdSettings`)
@@ -294,7 +233,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         base = p.resolve().parent
         where = str(p)
     raw = copy.deepcopy(raw)
-    files.check_keys(raw, _TOP_KEYS, where)
+    files.check_keys(raw, PIPELINE_KEYS, where)
     for key, value in overrides.items():
         if value is None:
             continue
@@ -305,7 +244,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
             raw["preprocess"]["denoise"] = value
         else:
             raw[key] = value
-    files.check_keys(raw, _TOP_KEYS, where)
+    files.check_keys(raw, PIPELINE_KEYS, where)
     svd = SvdSettings.from_mapping(files.mapping(raw.get("svd"), "svd"), where)
     spatial = {k: raw[k] for k in SPATIAL_OPTIONS if k in raw}
     check_options(spatial)
@@ -377,8 +316,8 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
 
 
 #: the keys of a pipeline file (the fields that are derived from others are not among them)
-_TOP_KEYS = {f.name for f in fields(PipelineConfig)} - {"spatial", "participants", "mesh_source"}
-_TOP_KEYS |= {"globs", *SPATIAL_OPTIONS}
+PIPELINE_KEYS = {f.name for f in fields(PipelineConfig)} - {"spatial", "participants"}
+PIPELINE_KEYS = (PIPELINE_KEYS - {"mesh_source"}) | {"globs", *SPATIAL_OPTIONS}
 
 
 def halve(
