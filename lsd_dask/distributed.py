@@ -8,7 +8,8 @@ Config files have a ``type`` (local, remote, slurm, pbs) and a section of that n
 keys are the cluster class's own: LocalCluster's arguments for ``local``; an ``address``,
 ``timeout`` and optional TLS ``security`` for ``remote``; dask-jobqueue's configuration
 names (``cores``, ``memory``, ``job-extra-directives``, ...; hyphens or underscores) for
-``slurm`` and ``pbs``, plus ``n_workers`` jobs to start.
+``slurm`` and ``pbs``, plus ``n_workers``: the Dask workers to start, as dask-jobqueue
+counts them (``n_workers / processes`` jobs).
 """
 
 from __future__ import annotations
@@ -337,7 +338,7 @@ def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
         n_workers = int(section.pop("n_workers", section.pop("n-workers", 1)))
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
         cluster = cls(**_underscored(section))
-        cluster.scale(jobs=n_workers)
+        cluster.scale(n=n_workers)  # workers, as dask-jobqueue's n_workers counts them
     else:
         raise ValueError(f"unknown cluster type {kind!r}.")
     client = ManagedClient(cluster)

@@ -19,7 +19,7 @@ from lsd_dask.cluster import DirectionalClustering
 from lsd_dask.datasets import brain_grid
 from lsd_dask.distributed import connect, load_cluster_config
 
-CONFIG = Path(__file__).resolve().parents[1] / "cluster_configs" / "slurm.yaml"
+CONFIG = Path(__file__).resolve().parents[1] / ".ci" / "slurm_ci.yaml"
 
 
 def _slurm_up() -> bool:
