@@ -8,9 +8,11 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test lint clean
 
 $(STAMP): pyproject.toml
+	@echo "Installing lsd-dask and its dependencies into $(VENV) (once; a few minutes)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet --progress-bar off -e ".[test]"
+	@echo "Installed: $$($(BIN)/lsd-dask --version)"
 	touch $(STAMP)
 
 demo: $(STAMP)
