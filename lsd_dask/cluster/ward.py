@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -94,7 +95,12 @@ class MeshWard(ClusterBase):
                 f"{data.shape[0]}), one row per sample."
             )
         model = AgglomerativeClustering(n_clusters=k, linkage="ward", connectivity=conn)
-        labels = model.fit(data).labels_.astype(np.int64)
+        with warnings.catch_warnings():
+            # a cortical mesh is two pieces (the hemispheres): scikit-learn links them to
+            # finish the tree, as it does under nilearn's Parcellations, and says so on every
+            # fit; the count is kept in n_connected_components_
+            warnings.filterwarnings("ignore", "the number of connected components", UserWarning)
+            labels = model.fit(data).labels_.astype(np.int64)
         self.n_connected_components_ = int(getattr(model, "n_connected_components_", 1))
         self.labels_ = labels
         self.n_features_in_ = _n_features(X)

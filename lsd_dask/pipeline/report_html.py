@@ -29,7 +29,8 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
         "<h1>Split-half parcellation report</h1>",
         f"<p>Run {e(str(report.get('run_id')))}, lsd-dask "
         f"{e(str(report.get('versions', {}).get('lsd_dask', '')))}. "
-        f"Command: <code>{e(str(report.get('command_line') or 'run from Python'))}</code></p>",
+        f"Command: <code>{e(str(report.get('command_line') or 'run from Python'))}</code>. "
+        f"Surface: {e(_surface(report.get('config', {})))}.</p>",
         *_comparison_tables(report.get("scores", []), report.get("atlases", [])),
         "<h2>Scores</h2>",
         _score_table(report.get("scores", [])),
@@ -59,6 +60,15 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
         "</body></html>",
     ]
     return atomic_write_text(path, "\n".join(parts))
+
+
+def _surface(config: dict[str, Any]) -> str:
+    """What the mesh is: the standard one chosen for the data, or the files given."""
+    source = str(config.get("mesh_source") or "given")
+    if source != "given":
+        return source
+    mesh = config.get("mesh") or {}
+    return "the given meshes " + ", ".join(str(v) for v in mesh.values())
 
 
 def _blur_table(blur: dict[str, dict[str, Any]]) -> str:

@@ -55,6 +55,7 @@ def test_one_command_equals_the_explicit_pipeline_file(tree, tmp_path):
     }
     # no mesh given: the standard 32k_fs_LR mesh, named in the report
     assert report["config"]["mesh_source"].startswith("conte69")
+    assert "Surface: conte69: 32k_fs_LR midthickness" in (out / "report.html").read_text()
     # scrubbing left the two high-motion volumes out, as nilearn's own call says
     cifti = next((tree / "sub-001" / "func").glob("*_bold.dtseries.nii"))
     _, mask = load_confounds_strategy(str(cifti), denoise_strategy="scrubbing")
