@@ -4,9 +4,9 @@
     python benchmarks/bids_index.py [--subjects 1000] [--pybids]
 
 The tree has, per subject, ``sub-XXXX/func/`` with a CIFTI BOLD file, a hemi-L and hemi-R
-GIFTI pair on fsaverage5, an MNI-space NIfTI, a brain mask and the confounds TSV and JSON
-(7 files, empty but for the JSON's ``{}``: indexing reads names, not data), as fMRIPrep writes them. ``--pybids``
-also times pybids (``pip install pybids``), which is not a dependency.
+GIFTI pair on fsaverage5, an MNI-space NIfTI, a brain mask and the confounds TSV and JSON,
+as fMRIPrep writes them (7 files, empty but for the JSON's ``{}``: indexing reads names,
+not data). ``--pybids`` also times pybids (``pip install pybids``), not a dependency.
 """
 
 from __future__ import annotations
