@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -171,7 +172,10 @@ def test_two_runs_into_one_folder_the_second_fails_at_once_and_the_first_is_unha
         assert a.stdout is not None
         for line in a.stdout:
             lines.append(line)
-            if not paused.is_set() and line.startswith(f"[{stage}]"):
+            # the CLI's console lines start with their time (HH:MM:SS)
+            if not paused.is_set() and re.sub(r"^\d\d:\d\d:\d\d ", "", line).startswith(
+                f"[{stage}]"
+            ):
                 os.kill(a.pid, signal.SIGSTOP)
                 paused.set()
 
