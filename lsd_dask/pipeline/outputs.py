@@ -183,18 +183,23 @@ def _copy_surfaces(
 
 def _remove_stale(out: Path, files: list[Path], log: Log) -> None:
     """Remove label files, atlas descriptions, surfaces and panels an earlier run here
-    wrote for methods, K, splits or meshes this run does not have: left in place, they
-    would read as this run's."""
+    wrote for methods, K, splits or meshes this run does not have, and the label files of
+    the earlier layout (``labels/``): left in place, they would read as this run's (and
+    the BIDS validator refuses ``labels/``)."""
     written = {Path(f).resolve() for f in files}
     candidates = [
         *out.glob("tpl-*/anat/*_dseg.*"),
         *out.glob("atlas-*_description.json"),
         *out.glob("surfaces/*.surf.gii"),
         *out.glob("parcellations_K*.png"),
+        *out.glob("labels/*_dseg.*"),
     ]
     stale = [p for p in candidates if p.resolve() not in written]
     for p in sorted(stale):
         remove_path(p)
+    for folder in (*out.glob("tpl-*/anat"), *out.glob("tpl-*"), out / "labels"):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
     if stale:
         log(
             f"[outputs] removed {len(stale)} file(s) an earlier run wrote for other methods, "
