@@ -93,11 +93,18 @@ def main(debug: bool, quiet: bool) -> None:
     logger = logging.getLogger("lsd_dask")
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
     for handler in logger.handlers:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        handler.setFormatter(_Stamped("%(asctime)s %(message)s", "%H:%M:%S"))
     if not debug:
         # a task that fails on a worker thread of this process would print its traceback
         # here; the error itself ends the run as one line (--debug shows both)
         logging.getLogger("distributed.worker").addFilter(_drop_compute_failed)
+
+
+class _Stamped(logging.Formatter):
+    """Lines behind their time; a blank line stays blank."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record) if record.getMessage() else ""
 
 
 def _drop_compute_failed(record: logging.LogRecord) -> bool:

@@ -72,8 +72,9 @@ def run_demo(
     )
     with connect(cluster, log=log):
         report = run_pipeline(cfg, log=log)
+    log("")  # a blank line (no time stamp) before the summary
     log(
-        "\nsplit-half reproducibility (Dice after contiguity splitting; null = split 2's "
+        "split-half reproducibility (Dice after contiguity splitting; null = split 2's "
         "region sizes placed at random on the mesh):"
     )
     for r in report["scores"]:
@@ -81,5 +82,6 @@ def run_demo(
             f"  {r['method']:<18} K={r['k']:<4} Dice {r['dice']:.3f}  "
             f"null {r['null_dice_mean']:.3f}  NMI {r['nmi']:.3f}  ARI {r['ari']:.3f}"
         )
-    log(f"\noutputs: {cfg.output}; open {cfg.output / 'report.html'}")
+    log("")
+    log(f"outputs: {cfg.output}; open {cfg.output / 'report.html'}")
     return report
