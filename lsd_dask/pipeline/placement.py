@@ -63,6 +63,10 @@ def task_bytes(n_vertices: int, timepoints: int, rank: int, preprocess: bool) ->
     }
 
 
+#: seconds the memory check waits for a worker to register when none has
+WORKER_WAIT_S = 60
+
+
 def check_worker_memory(
     client: Any, n_vertices: int, timepoints: int, rank: int, preprocess: bool
 ) -> None:
@@ -75,12 +79,23 @@ def check_worker_memory(
     per_task = max(need.values())
     pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
     terminate = dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0
-    for address, w in client.scheduler_info(n_workers=-1)["workers"].items():
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        # none registered yet, or each restarting after its nanny killed it (over its
+        # limit at rest): the check needs one to look at
+        client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+    # each worker's memory once it holds the code a task runs (a worker that dies loading
+    # it counts as full): the scheduler's figure predates those imports
+    resident = client.run(_resident_with_task_code, on_error="return")
+    for address, w in workers.items():
         limit = int(w.get("memory_limit") or 0)
         if limit == 0:
             continue
         threads = max(int(w.get("nthreads") or 1), 1)
         used = int((w.get("metrics") or {}).get("memory") or 0)
+        measured = resident.get(address, 0)
+        used = max(used, limit if isinstance(measured, BaseException) else int(measured))
         if used <= pause * limit and used + threads * per_task <= terminate * limit:
             continue
         mb = 2**20
@@ -94,3 +109,10 @@ def check_worker_memory(
             f"{enough / mb:.0f} MB (memory_limit), or fewer threads per worker, or lower "
             "svd.rank."
         )
+
+
+def _resident_with_task_code(dask_worker: Any) -> int:
+    """On a worker: its resident memory after importing what an ingest task runs."""
+    from . import reading  # noqa: F401  (the import is the point)
+
+    return int(dask_worker.monitor.proc.memory_info().rss)
