@@ -1,14 +1,28 @@
 """Zarr v3 layout of one split: vertices × (subjects · timepoints), float32.
 
 Layout (``layout`` 2): a Zarr group with one array per subject, ``subject/<j>`` of shape
-``(n_rows, T_j)``, chunked ``vertex_chunk`` rows by the subject's whole run (64–256 MB
-chunks by default), plus group attributes: ``subjects`` (ids), ``timepoints`` (per
+``(n_rows, T_j)``, plus group attributes: ``subjects`` (ids), ``timepoints`` (per
 subject), ``vertex_mask`` (kept vertices of the full surface, as a list of bools or None),
 ``rows`` (``"kept"``: the arrays hold the kept vertices only; ``"surface"``: every surface
 vertex, and readers take the kept rows), ``mesh`` (an identity string), ``layout`` and
 ``complete``. One array per subject lets independent tasks write their own subject
 (:func:`build_split`) without knowing the other subjects' lengths, and the
 ``"surface"`` rows let them write before the mask, which needs every subject, is known.
+
+Files: each subject array is Zarr v3 *sharded*. A shard (one file) is ``vertex_chunk`` rows
+by the subject's whole run, about 256 MB by default, so a full-scale subject (64,984
+vertices × 1,000 time points, 260 MB) is two shard files and its ``zarr.json``, and an
+HCP-length run (4,800 time points, 1.25 GB) is six files: few, large files, as a parallel
+file system wants. Inside a shard, inner chunks of about 32 MB are what a reader decodes and
+checksums, so a reader that takes the kept rows decodes one inner chunk at a time into a
+small buffer instead of selecting rows across a whole chunk (on the development machine,
+the kept 90 % of a 260 MB subject: 0.2 s, against 1.2 s with zarr's orthogonal selection
+on 128 MB chunks and 9.8 s on shards).
+
+Concurrent writes into one shard lose data silently (zarr-python issue 3682: each writer
+reads, patches and rewrites the whole shard). Here a shard is only ever written whole: a
+subject's array is written by one call (:meth:`SplitWriter.write`) of one task, and the
+array belongs to that subject alone, so concurrent tasks never share a shard.
 
 Writes are atomic (:mod:`lsd_dask.io.atomic`): the group is built under a temporary
 sibling name holding ``.partial-``, marked ``complete``, then renamed into place. A killed
@@ -51,6 +65,7 @@ __all__ = [
     "open_split",
     "store_problem",
     "verify_split",
+    "shard_rows",
     "vertex_chunk_for",
 ]
 
@@ -157,8 +172,8 @@ class ColumnBlocks:
                 try:
                     if self.rows is None:
                         a.get_basic_selection((slice(None), cols), out=dst)
-                    else:  # zarr copies the kept rows out of each decoded chunk
-                        a.get_orthogonal_selection((self.rows, cols), out=dst)
+                    else:
+                        _read_kept_rows(a, self.rows, cols, out[:, lo - start : hi - start])
                 except ValueError as err:
                     if "checksum" not in str(err) or self.path is None:
                         raise
@@ -192,6 +207,8 @@ class SplitWriter:
     vertex_chunk: int | None = None
     compressor: str | None = None
     storage_options: dict[str, Any] | None = None
+    #: rows per inner chunk of a shard; default: about 32 MB of the subject's run
+    inner_chunk: int | None = None
 
     def write(self, index: int, subject: str, x: np.ndarray) -> int:
         """Store subject number ``index`` (n_rows × T, finite); return its T."""
@@ -206,13 +223,14 @@ class SplitWriter:
                 f"hold NaN or inf values; nothing was written to {self.path}."
             )
         t = int(x.shape[1])
-        rows = self.vertex_chunk or vertex_chunk_for(self.n_rows, t)
+        inner, shard = shard_rows(self.n_rows, t, self.vertex_chunk, self.inner_chunk)
         try:
             group = _open_group(self.path, self.storage_options, mode="a")
             arr = group.create_array(
                 f"{_SUBJECT}/{index}",
                 shape=x.shape,
-                chunks=(rows, max(t, 1)),
+                chunks=(inner, max(t, 1)),
+                shards=(shard, max(t, 1)),
                 dtype="float32",
                 compressors=_compressors(self.compressor),
                 fill_value=0.0,
@@ -221,6 +239,7 @@ class SplitWriter:
                 # means a store the reader cannot see, never data (see verify_split)
                 config={"write_empty_chunks": True},
             )
+            # one write of the whole array: every shard is written whole, by this task only
             arr[:] = x.astype(np.float32, copy=False)
         except OSError as err:  # a full disk says nothing of where: say it
             need = x.shape[0] * t * 4
@@ -274,10 +293,31 @@ class SplitWriter:
         )
 
 
-def vertex_chunk_for(n_vertices: int, n_timepoints: int, target_mb: float = 128.0) -> int:
-    """Rows per chunk so that one (rows × T) float32 chunk is about ``target_mb``."""
+def vertex_chunk_for(n_vertices: int, n_timepoints: int, target_mb: float = 256.0) -> int:
+    """Rows per shard so that one (rows × T) float32 shard is about ``target_mb``."""
     rows = int(target_mb * 2**20 / (4 * max(n_timepoints, 1)))
     return int(max(1, min(n_vertices, rows)))
+
+
+def shard_rows(
+    n_rows: int,
+    n_timepoints: int,
+    vertex_chunk: int | None = None,
+    inner_chunk: int | None = None,
+    inner_mb: float = 32.0,
+) -> tuple[int, int]:
+    """Rows of an inner chunk and of a shard for a subject of ``n_rows`` × ``n_timepoints``.
+
+    The shard is ``vertex_chunk`` rows (default :func:`vertex_chunk_for`), rounded up to a
+    whole number of inner chunks, as Zarr requires; the inner chunk is ``inner_chunk`` rows,
+    or the shard split evenly into pieces of at most about ``inner_mb``.
+    """
+    shard = max(1, min(n_rows, vertex_chunk or vertex_chunk_for(n_rows, n_timepoints)))
+    if inner_chunk is None:
+        most = max(1, int(inner_mb * 2**20) // (4 * max(n_timepoints, 1)))  # rows in inner_mb
+        inner_chunk = min(-(-shard // -(-shard // most)), most)  # even pieces of ≤ most rows
+    inner = max(1, min(int(inner_chunk), shard))
+    return inner, -(-shard // inner) * inner
 
 
 @contextmanager
@@ -289,6 +329,7 @@ def build_split(
     compressor: str | None = None,
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
+    inner_chunk: int | None = None,
 ) -> Iterator[SplitWriter]:
     """Build a split store whose subjects are written independently (for example by tasks
     on the workers), atomically: nothing opens at ``path`` until the block ends without an
@@ -306,7 +347,9 @@ def build_split(
         raise FileExistsError(f"{final} exists; pass overwrite=True to replace it.")
     with _writing(final, folder) as tmp:
         _open_group(tmp, storage_options, mode="w")
-        yield SplitWriter(str(tmp), int(n_rows), vertex_chunk, compressor, storage_options)
+        yield SplitWriter(
+            str(tmp), int(n_rows), vertex_chunk, compressor, storage_options, inner_chunk
+        )
         if not dict(_open_group(tmp, storage_options).attrs).get("complete"):
             raise RuntimeError(f"{final}: SplitWriter.finish() was not called; nothing kept.")
 
@@ -323,6 +366,7 @@ def write_split(
     compressor: str | None = None,
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
+    inner_chunk: int | None = None,
 ) -> Path | str:
     """Write one split, subject by subject (one subject in memory at a time).
 
@@ -339,12 +383,14 @@ def write_split(
     mesh : str, optional
         An identity of the surface (e.g. "fsLR32k" or a file hash).
     vertex_chunk : int, optional
-        Rows per chunk; default from :func:`vertex_chunk_for` (about 128 MB chunks).
+        Rows per shard (one file); default from :func:`vertex_chunk_for` (about 256 MB).
     compressor : {None, "lz4", "zstd"}
     overwrite : bool
         Replace a complete store already at ``path``.
     storage_options : dict, optional
         fsspec options when ``path`` is a URL.
+    inner_chunk : int, optional
+        Rows per inner chunk of a shard (see :func:`shard_rows`).
 
     Returns
     -------
@@ -363,6 +409,7 @@ def write_split(
         compressor=compressor,
         overwrite=overwrite,
         storage_options=storage_options,
+        inner_chunk=inner_chunk,
     ) as w:
         ids: list[str] = []
         written: list[int] = []
@@ -416,7 +463,7 @@ def open_split(
 def verify_split(
     path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
 ) -> int:
-    """Check that a split store is complete *as seen from here*; return its chunk count.
+    """Check that a split store is complete *as seen from here*; return its shard-file count.
 
     Zarr reads a missing chunk as the fill value, so a reader that sees only part of the
     store (a worker on another node, without the shared folder) would get zeros without an
@@ -443,7 +490,7 @@ def store_problem(
     path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
 ) -> str | None:
     """What is wrong with a split store as this process sees it ("lacks its completion
-    mark", "has 3 of its 4 chunks", "cannot be opened (...)"), or None when it is whole."""
+    mark", "has 3 of its 4 shard files", "cannot be opened (...)"), or None when it is whole."""
     return _inspect(os.fspath(path), storage_options)[0]
 
 
@@ -459,11 +506,34 @@ def _inspect(p: str, storage_options: dict[str, Any] | None) -> tuple[str | None
         return f"failed a checksum ({group.attrs['damaged']})", 0
     if not complete:
         return "lacks its completion mark", 0
-    found = sum(int(a.nchunks_initialized) for a in arrays)
-    expected = sum(int(a.nchunks) for a in arrays)
+    # stored objects (shards, or chunks of an unsharded store): zarr's chunk count of a
+    # sharded array multiplies shards by their inner chunks, past the array's edge too
+    found = sum(int(a._nshards_initialized) for a in arrays)
+    expected = sum(int(a._nshards) for a in arrays)
     if found != expected:
-        return f"has {found} of its {expected} chunks", expected
+        return f"has {found} of its {expected} shard files", expected
     return None, expected
+
+
+def _read_kept_rows(a: Any, rows: np.ndarray, cols: slice, out: np.ndarray) -> None:
+    """``a[rows, cols]`` into ``out``, one stored (inner) chunk of rows at a time.
+
+    Each chunk is decoded into a small buffer and its kept rows copied out: zarr's own
+    orthogonal selection is 5× slower on plain chunks and 40× on sharded ones.
+    """
+    from zarr.core.buffer import default_buffer_prototype
+
+    nd = default_buffer_prototype().nd_buffer
+    step = int(a.chunks[0])
+    buf = np.empty((min(step, a.shape[0]), out.shape[1]), a.dtype)
+    bounds = np.searchsorted(rows, np.arange(0, a.shape[0] + step, step))
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=False)):
+        if lo == hi:
+            continue
+        r0 = i * step
+        r1 = min(r0 + step, a.shape[0])
+        a.get_basic_selection((slice(r0, r1), cols), out=nd.from_numpy_array(buf[: r1 - r0]))
+        np.take(buf, rows[lo:hi] - r0, axis=0, out=out[lo:hi], mode="clip")  # no buffering
 
 
 def _read_rows(attrs: dict[str, Any]) -> np.ndarray | None:

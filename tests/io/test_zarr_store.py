@@ -1,5 +1,9 @@
+import os
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lsd_dask.io import open_split, write_split
 
@@ -126,7 +130,7 @@ def test_verify_split_counts_every_chunk(tmp_path):
     assert verify_split(p) == 9
     chunk = next(f for f in sorted((p / "subject" / "1" / "c").rglob("*")) if f.is_file())
     chunk.unlink()  # what a reader without the whole folder sees
-    with pytest.raises(ValueError, match="has 8 of its 9 chunks: the work folder must be shared"):
+    with pytest.raises(ValueError, match="has 8 of its 9 shard files: the work folder must be"):
         verify_split(p)
     with pytest.raises(FileNotFoundError, match="must be shared with the Dask workers"):
         verify_split(tmp_path / "elsewhere.zarr")
@@ -205,3 +209,87 @@ def test_build_split_without_finish_keeps_nothing(tmp_path):
         with build_split(tmp_path / "s.zarr", n_rows=4) as w:
             w.write(0, "a", np.ones((3, 2), np.float32))
     assert list(tmp_path.iterdir()) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 200_000),
+    t=st.integers(1, 5000),
+    chunk=st.one_of(st.none(), st.integers(1, 300_000)),
+    inner=st.one_of(st.none(), st.integers(1, 300_000)),
+)
+def test_shard_rows_are_whole_inner_chunks(n, t, chunk, inner):
+    from lsd_dask.io.zarr_store import shard_rows, vertex_chunk_for
+
+    i, s = shard_rows(n, t, chunk, inner)
+    want = min(n, chunk or vertex_chunk_for(n, t))
+    assert 1 <= i <= s and s % i == 0  # zarr's rule: a shard is whole inner chunks
+    assert want <= s < want + i  # the asked-for shard, rounded up by less than a chunk
+    if inner is None and i > 1:
+        assert i * t * 4 <= 32 * 2**20  # inner chunks of at most 32 MB
+    if inner is not None:
+        assert i == min(inner, s)
+
+
+def test_subject_is_a_few_shard_files_read_back_with_kept_rows(tmp_path):
+    """Several shards per subject, several inner chunks per shard, the kept rows read
+    across inner-chunk and shard borders."""
+    import zarr
+
+    from lsd_dask.io import build_split
+
+    rng = np.random.default_rng(3)
+    ts = [11, 6]
+    xs = [rng.standard_normal((50, t)).astype(np.float32) for t in ts]
+    mask = rng.random(50) > 0.4
+    mask[20:30] = False  # a whole inner chunk with no kept row
+    with build_split(tmp_path / "s.zarr", n_rows=50, vertex_chunk=20, inner_chunk=5) as w:
+        for j, x in enumerate(xs):
+            w.write(j, f"s{j}", x)
+        w.finish(["s0", "s1"], ts, vertex_mask=mask, rows="surface")
+    arr = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["subject/0"]
+    assert arr.shards == (20, 11) and arr.chunks == (5, 11)
+    folder = tmp_path / "s.zarr" / "subject" / "0"
+    files = sorted(f.name for f in folder.rglob("*") if f.is_file())
+    assert files == ["0", "0", "0", "zarr.json"]  # c/0/0, c/1/0, c/2/0: three shards
+    X = np.concatenate(xs, axis=1)[mask]
+    blocks = open_split(tmp_path / "s.zarr").column_blocks
+    for a, b in [(0, 17), (3, 14), (10, 12), (16, 17)]:
+        out = np.full((X.shape[0], b - a), np.nan, np.float32)
+        np.testing.assert_array_equal(blocks.read_columns(a, b, out), X[:, a:b])
+    np.testing.assert_array_equal(open_split(tmp_path / "s.zarr").data.compute(), X)
+
+
+def _write_subject(writer, j, seed, n, t):
+    x = np.random.default_rng(seed).standard_normal((n, t)).astype(np.float32)
+    return writer.write(j, f"sub-{j}", x), os.getpid()
+
+
+def test_four_concurrent_writers_lose_nothing(tmp_path):
+    """Four worker processes write 16 subjects into one store at once, each subject of
+    four shards of four inner chunks: every value comes back (concurrent writes into one
+    shard would lose data silently; here a shard has one writer)."""
+    from distributed import Client, LocalCluster
+
+    from lsd_dask.io import build_split
+    from lsd_dask.io.zarr_store import verify_split
+
+    n, t, s = 4096, 60, 16
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=2, processes=True, host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+        build_split(tmp_path / "s.zarr", n_rows=n, vertex_chunk=1024, inner_chunk=256) as w,
+    ):  # fmt: skip
+        seeds = range(100, 100 + s)
+        futures = client.map(_write_subject, [w] * s, range(s), seeds, [n] * s, [t] * s)
+        got = client.gather(futures)
+        assert [tj for tj, _ in got] == [t] * s
+        assert len({pid for _, pid in got} - {os.getpid()}) >= 2  # written by worker processes
+        w.finish([f"sub-{j}" for j in range(s)], [t] * s)
+    rngs = [np.random.default_rng(100 + j) for j in range(s)]
+    want = np.concatenate([r.standard_normal((n, t)).astype(np.float32) for r in rngs], axis=1)
+    np.testing.assert_array_equal(open_split(tmp_path / "s.zarr").data.compute(), want)
+    assert verify_split(tmp_path / "s.zarr") == 4 * s
