@@ -252,9 +252,26 @@ def run(
         svd=svd or None,
         work=work if work is None or "://" in work else str(Path(work).resolve()),
     )
+    if scheduler is None and _serve_slurm_task(cluster_file, cfg.cluster):
+        return  # this SLURM task was the scheduler or a worker of the run
     # the work folder's lock first: a second run into it fails before reading anything
     with work_lock(cfg, _command_line()) as lock:
         _run_locked(cfg, lock, cluster_file, scheduler, tls_ca_file, tls_cert, tls_key)
+
+
+def _serve_slurm_task(cluster_file: Path | None, cluster: Any) -> bool:
+    """Under a ``slurm-runner`` cluster config, every SLURM task of the job runs this
+    command: all but task 1 serve as the scheduler or a worker until the run ends, and
+    never touch the output folder. True when this task did so."""
+    from .distributed import load_cluster_config, serve_slurm_task, slurm_task_role
+
+    target = load_cluster_config(cluster_file) if cluster_file else cluster
+    if isinstance(target, str) and target.endswith((".yaml", ".yml")):
+        target = load_cluster_config(target)
+    if not isinstance(target, dict) or slurm_task_role(target) in (None, "client"):
+        return False
+    serve_slurm_task(target)
+    return True
 
 
 def _run_locked(

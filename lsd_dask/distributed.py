@@ -4,12 +4,19 @@
 nothing (a LocalCluster), and returns a ``distributed.Client`` usable as a context manager;
 a cluster started here is closed with the client. The dashboard link is printed.
 
-Config files have a ``type`` (local, remote, slurm, pbs) and a section of that name whose
-keys are the cluster class's own: LocalCluster's arguments for ``local``; an ``address``,
-``timeout`` and optional TLS ``security`` for ``remote``; dask-jobqueue's configuration
-names (``cores``, ``memory``, ``job-extra-directives``, ...; hyphens or underscores) for
-``slurm`` and ``pbs``, plus ``n_workers``: the Dask workers to start, as dask-jobqueue
-counts them (``n_workers / processes`` jobs).
+Config files have a ``type`` (local, remote, slurm, pbs, slurm-runner) and a section of
+that name whose keys are the cluster class's own: LocalCluster's arguments for ``local``;
+an ``address``, ``timeout`` and optional TLS ``security`` for ``remote``; dask-jobqueue's
+configuration names (``cores``, ``memory``, ``job-extra-directives``, ...; hyphens or
+underscores) for ``slurm`` and ``pbs``, plus ``n_workers``: the Dask workers to start, as
+dask-jobqueue counts them (``n_workers / processes`` jobs).
+
+``slurm-runner`` is dask-jobqueue's ``SLURMRunner``, for sites whose compute nodes cannot
+submit jobs: one ``sbatch`` job runs the same command in every task (``srun lsd-dask run
+...``); task 0 becomes the scheduler, task 1 runs the pipeline, the others are workers
+(:func:`serve_slurm_task`), and they meet through a scheduler file on the shared file
+system. Its settings: ``scheduler-file``, ``interface``, ``nthreads``, ``memory-limit``,
+``local-directory``, ``dashboard-address`` and ``timeout``.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ __all__ = [
     "show_progress",
     "scattered_rows",
     "connect",
+    "serve_slurm_task",
+    "slurm_task_role",
     "load_cluster_config",
     "check_cluster_config",
     "ManagedClient",
@@ -68,7 +77,15 @@ CLUSTER_SETTINGS: dict[str, frozenset[str]] = {
     "remote": frozenset({"address", "timeout", "security"}),
     "slurm": frozenset(_JOBQUEUE | {"job_cpu", "job_mem"}),
     "pbs": frozenset(_JOBQUEUE | {"resource_spec"}),
+    "slurm-runner": frozenset(
+        {
+            "scheduler_file", "interface", "nthreads", "memory_limit", "local_directory",
+            "dashboard_address", "timeout",
+        }  # fmt: skip
+    ),
 }
+#: SLURM's variables that place a task of a ``slurm-runner`` job
+SLURM_TASK_ENV = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID")
 
 
 class ManagedClient(Client):
@@ -251,7 +268,9 @@ def check_cluster_config(cfg: Any, where: str = "cluster config") -> dict[str, A
         raise ValueError(f"{where}: a cluster config is a mapping, got {cfg!r}.")
     kind = cfg.get("type")
     if kind not in CLUSTER_SETTINGS:
-        raise ValueError(f"{where}: 'type' must be local, remote, slurm or pbs; got {kind!r}.")
+        raise ValueError(
+            f"{where}: 'type' must be local, remote, slurm, pbs or slurm-runner; got {kind!r}."
+        )
     extra = sorted(set(cfg) - {"type", kind})
     if extra:
         raise ValueError(
@@ -310,7 +329,66 @@ def connect(
     return client
 
 
+def slurm_task_role(cfg: dict[str, Any] | None) -> str | None:
+    """This process's part in a ``slurm-runner`` cluster: ``"scheduler"`` (SLURM task 0),
+    ``"client"`` (task 1, which runs the pipeline) or ``"worker"``; None for any other
+    cluster config. Needs SLURM's task variables (the command runs under ``srun``)."""
+    if not cfg or cfg.get("type") != "slurm-runner":
+        return None
+    missing = [v for v in SLURM_TASK_ENV if not os.environ.get(v)]
+    if missing:
+        raise RuntimeError(
+            f"a slurm-runner cluster runs as the tasks of one SLURM job, and {missing[0]} is "
+            "not set: start it with `srun lsd-dask run ...` inside an sbatch script (or use "
+            "type: slurm, which submits worker jobs itself)."
+        )
+    n_tasks = int(os.environ["SLURM_NTASKS"])
+    if n_tasks < 3:
+        raise RuntimeError(
+            f"a slurm-runner job needs at least 3 tasks (scheduler, client, a worker); this "
+            f"one has SLURM_NTASKS={n_tasks}: ask sbatch for more (--ntasks)."
+        )
+    return {0: "scheduler", 1: "client"}.get(int(os.environ["SLURM_PROCID"]), "worker")
+
+
+def serve_slurm_task(cfg: dict[str, Any]) -> None:
+    """Be the scheduler or a worker of a ``slurm-runner`` job until the client (SLURM
+    task 1) ends the run; returns then. Call only where :func:`slurm_task_role` is not
+    ``"client"``."""
+    role = slurm_task_role(cfg)
+    if role not in ("scheduler", "worker"):
+        raise RuntimeError(f"serve_slurm_task is for the scheduler and workers, not {role}.")
+    try:
+        runner = _slurm_runner(cfg)  # serves inside its constructor
+    except SystemExit:
+        # the runner ends a scheduler or worker by interrupting its own process once the
+        # client has closed the scheduler: the normal end of the task
+        return
+    runner.close()
+
+
 # --------------------------------------------------------------------------- helpers
+
+
+def _slurm_runner(cfg: dict[str, Any]) -> Any:
+    from dask_jobqueue.slurm import SLURMRunner
+
+    section = _underscored(dict(cfg.get("slurm-runner") or {}))
+    for key in ("scheduler_file", "local_directory"):  # "$TMPDIR", as in a job script
+        if key in section:
+            section[key] = os.path.expandvars(str(section[key]))
+    nthreads = section.get("nthreads") or int(os.environ.get("SLURM_CPUS_PER_TASK", "1"))
+    worker = {"nthreads": int(nthreads)}
+    for key in ("memory_limit", "local_directory", "interface"):
+        if key in section:
+            worker[key] = section[key]
+    scheduler = {"dashboard_address": section.get("dashboard_address", ":8787")}
+    if "interface" in section:
+        scheduler["interface"] = section["interface"]
+    scheduler_file = section.get("scheduler_file", "lsd-dask-scheduler-{job_id}.json")
+    return SLURMRunner(
+        scheduler_file=str(scheduler_file), scheduler_options=scheduler, worker_options=worker
+    )
 
 
 def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
@@ -339,6 +417,27 @@ def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
         cluster = cls(**_underscored(section))
         cluster.scale(n=n_workers)  # workers, as dask-jobqueue's n_workers counts them
+    elif kind == "slurm-runner":
+        if slurm_task_role(cfg) != "client":
+            raise RuntimeError(
+                f"SLURM task {os.environ['SLURM_PROCID']} of a slurm-runner job is a scheduler "
+                "or worker (serve_slurm_task), not the client: only task 1 connects."
+            )
+        cluster = _slurm_runner(cfg)
+        client = ManagedClient(cluster)
+        client._owned_cluster = cluster
+        n_workers = int(os.environ["SLURM_NTASKS"]) - 2
+        wait = float(section.get("timeout", 300))
+        try:
+            client.wait_for_workers(n_workers, timeout=wait)
+        except (OSError, TimeoutError) as err:
+            have = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+            client.close()
+            raise ConnectionError(
+                f"slurm-runner: {have} of the job's {n_workers} workers joined the scheduler "
+                f"within {wait:g} s (timeout); check the worker tasks' logs."
+            ) from err
+        return client
     else:
         raise ValueError(f"unknown cluster type {kind!r}.")
     client = ManagedClient(cluster)

@@ -123,6 +123,7 @@ def test_cluster_configs_parse():
         ("remote", "remote"),
         ("slurm", "slurm"),
         ("pbs", "pbs"),
+        ("slurm_runner", "slurm-runner"),
     ]:
         cfg = load_cluster_config(root / f"{name}.yaml")
         assert cfg["type"] == kind
@@ -227,3 +228,25 @@ def test_workers_paused_over_their_memory_end_the_work_in_one_line(in_thread):
         assert len(raised) == 1 and isinstance(raised[0], MemoryError), raised
         assert re.match(paused, str(raised[0]))
         del held
+
+
+def test_slurm_runner_needs_its_slurm_task(monkeypatch):
+    from lsd_dask.distributed import slurm_task_role
+
+    cfg = {"type": "slurm-runner", "slurm-runner": {}}
+    for var in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(RuntimeError, match="SLURM_PROCID is not set: start it with `srun"):
+        slurm_task_role(cfg)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    with pytest.raises(RuntimeError, match="at least 3 tasks .* SLURM_NTASKS=2"):
+        slurm_task_role(cfg)
+    monkeypatch.setenv("SLURM_NTASKS", "5")
+    roles = []
+    for rank in range(5):
+        monkeypatch.setenv("SLURM_PROCID", str(rank))
+        roles.append(slurm_task_role(cfg))
+    assert roles == ["scheduler", "client", "worker", "worker", "worker"]
+    assert slurm_task_role({"type": "local", "local": {}}) is None
