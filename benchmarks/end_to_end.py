@@ -37,7 +37,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -99,7 +102,6 @@ def main() -> None:
 
 def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     """One pipeline run on ``n_workers`` single-threaded workers; the measurements."""
-    import psutil
     from distributed import Client, LocalCluster
 
     from lsd_dask.pipeline.config import load_config
@@ -116,23 +118,15 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     path = args.study / f"e2e-{n_workers}w.yaml"
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)
-    state = {"stage": "preflight"}
-    usage = {s: {"client_peak": 0, "worker_peak": {}, "read": 0} for s in STAGES}
     fits: list[tuple[int, float, int]] = []  # (K, seconds, iterations)
-    lines: list[str] = []
+    meter = StageMeter()
 
     def log(line: str) -> None:
-        lines.append(f"{time.perf_counter():.1f} {line}")
-        print(line, file=sys.stderr, flush=True)
-        for prefix, stage in _PREFIX.items():
-            if line.startswith(prefix):
-                state["stage"] = stage
+        meter.log(line)
         m = re.search(r"^\[cluster\] .*K=(\d+): ([\d.]+) s, (\d+) iterations", line)
         if m:
             fits.append((int(m[1]), float(m[2]), int(m[3])))
 
-    me = psutil.Process()
-    stop = threading.Event()
     with (
         LocalCluster(
             n_workers=n_workers,
@@ -142,35 +136,14 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
             dashboard_address=None,
         ) as cluster,
         Client(cluster) as client,
+        meter.sampling(client),
     ):
-        pids = client.run(os.getpid)
-        procs = {"client": me} | {a: psutil.Process(p) for a, p in pids.items()}
-        last_read = {name: _read_bytes(p) for name, p in procs.items()}
-
-        def sample() -> None:
-            while not stop.is_set():
-                u = usage[state["stage"]]
-                for name, p in procs.items():
-                    try:
-                        rss = p.memory_info().rss
-                        read = _read_bytes(p)
-                    except psutil.Error:
-                        continue
-                    u["read"] += read - last_read[name]
-                    last_read[name] = read
-                    if name == "client":
-                        u["client_peak"] = max(u["client_peak"], rss)
-                    else:
-                        u["worker_peak"][name] = max(u["worker_peak"].get(name, 0), rss)
-                time.sleep(0.5)
-
-        threading.Thread(target=sample, daemon=True).start()
         report = run_pipeline(cfg, log=log)
         svd_reference = None
         if not args.no_svd_reference:
-            state["stage"] = "svd_alone"
+            meter.stage = "svd_alone"
             svd_reference = time_svd(cfg, out, args.cold)
-        stop.set()
+    usage, lines = meter.usage, meter.lines
     timings = report["timings_s"]
     rank = report["svd"]["split1"]["rank"]
     input_bytes = sum(Path(p).stat().st_size for s in cfg.subjects for p in s.paths)
@@ -199,6 +172,60 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
         "fits": [{"k": k, "seconds": sec, "iterations": it} for k, sec, it in fits],
         "log": lines,
     }
+
+
+class StageMeter:
+    """Peak resident memory of the client and of each worker, and the bytes they read from
+    disk, sampled every ``interval`` seconds and attributed to the stage whose log line came
+    last (:meth:`log` receives the pipeline's lines)."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.stage = "preflight"
+        self.interval = interval
+        self.usage = {s: {"client_peak": 0, "worker_peak": {}, "read": 0} for s in STAGES}
+        self.lines: list[str] = []
+
+    def log(self, line: str) -> None:
+        self.lines.append(f"{time.perf_counter():.1f} {line}")
+        print(line, file=sys.stderr, flush=True)
+        for prefix, stage in _PREFIX.items():
+            if line.startswith(prefix):
+                self.stage = stage
+
+    @contextmanager
+    def sampling(self, client: Any) -> Iterator[None]:
+        """Sample the client (this process) and ``client``'s workers while the block runs."""
+        import psutil
+
+        pids = client.run(os.getpid)
+        procs = {"client": psutil.Process()} | {a: psutil.Process(p) for a, p in pids.items()}
+        last = {name: _read_bytes(p) for name, p in procs.items()}
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                u = self.usage[self.stage]
+                for name, p in procs.items():
+                    try:
+                        rss = p.memory_info().rss
+                        read = _read_bytes(p)
+                    except psutil.Error:
+                        continue
+                    u["read"] += read - last[name]
+                    last[name] = read
+                    if name == "client":
+                        u["client_peak"] = max(u["client_peak"], rss)
+                    else:
+                        u["worker_peak"][name] = max(u["worker_peak"].get(name, 0), rss)
+                time.sleep(self.interval)
+
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
 
 def time_svd(cfg, out: Path, cold: bool) -> float:

@@ -47,22 +47,27 @@ def kmeanspp_rows(
     Returns
     -------
     ndarray of shape (k, n_features), float64
+        Rows of the subsample (in float32 precision for float32 ``X``).
     """
     idx = sample_rows(X, rng)
-    S = X[idx]
-    S = to_numpy(S, np.float64)
+    # float32 features seed in float32 under the cosine metric: each centre is one pass over
+    # the sample, bound by reading it, so half the bytes is about half the time (unit rows
+    # keep 1 - x·c accurate; squared Euclidean distances would cancel, and stay float64)
+    single = np.dtype(X.dtype) == np.float32 and metric == "cosine"
+    dtype = np.float32 if single else np.float64
+    S = to_numpy(X[idx], dtype)
     if metric == "cosine":  # directions only: the seeding ignores row lengths (weights)
         S = unit_rows(S)
     m = S.shape[0]
     trials = 2 + int(np.log(k)) if n_local_trials is None else int(n_local_trials)
     first = int(rng.integers(m))
     centers = [S[first]]
-    d2 = _dist(S, S[first : first + 1], metric)[:, 0]
+    d2 = _dist(S, S[first : first + 1], metric)[:, 0].astype(np.float64)
     for _ in range(1, k):
         total = d2.sum()
         if total <= 0:  # fewer distinct rows than clusters: pick any unused row
             j = int(rng.integers(m))
-            best = _dist(S, S[j : j + 1], metric)[:, 0]
+            best = _dist(S, S[j : j + 1], metric)[:, 0].astype(np.float64)
         else:
             cand = rng.choice(m, size=trials, p=d2 / total)
             # every candidate's new distances at once; keep the one with the least potential
@@ -71,7 +76,7 @@ def kmeanspp_rows(
             j, best = int(cand[pick]), new[:, pick]
         centers.append(S[j])
         d2 = np.minimum(d2, best)
-    return np.stack(centers)
+    return np.stack(centers).astype(np.float64)
 
 
 def _dist(S: np.ndarray, C: np.ndarray, metric: str) -> np.ndarray:

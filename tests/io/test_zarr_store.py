@@ -293,3 +293,12 @@ def test_four_concurrent_writers_lose_nothing(tmp_path):
     want = np.concatenate([r.standard_normal((n, t)).astype(np.float32) for r in rngs], axis=1)
     np.testing.assert_array_equal(open_split(tmp_path / "s.zarr").data.compute(), want)
     assert verify_split(tmp_path / "s.zarr") == 4 * s
+
+
+@pytest.mark.parametrize("t, files", [(250, 2), (1000, 2), (1200, 3), (4800, 6)])
+def test_a_full_scale_subject_is_at_most_eight_files(t, files):
+    """64,984 vertices: shards of about 256 MB, plus the array's zarr.json."""
+    from lsd_dask.io.zarr_store import shard_rows
+
+    _, shard = shard_rows(64984, t)
+    assert -(-64984 // shard) + 1 == files <= 8

@@ -1,0 +1,298 @@
+"""Cost against cohort size: the pipeline at 33, 66, 132 and 264 subjects per split.
+
+Short runs (250 time points by default) at the full vertex count (2 × 32,492 vertices), so
+that the number of subjects, not their length, is what grows. The inputs are written once,
+for the largest cohort (``lsd-dask synth --format zarr``), and each smaller cohort is the
+first subjects of each split. Each cohort runs in a fresh child process (the client's
+memory is its own) on a LocalCluster of single-threaded workers, into a fresh output
+folder that is removed afterwards (a cohort's stores are about 2 × S × 65 MB).
+
+Per stage it records the seconds and the seconds per subject (``report.json``), the tasks
+the scheduler ran (a scheduler plugin, attributed to the stage whose log line came last),
+and the peak resident memory of the client and of each worker (``benchmarks/end_to_end.py``'s
+meter). For the run it records the files written (the split stores', per subject), the
+stamps' bytes, and the bytes of ``report.json``: anything that grows faster than the
+subjects is a defect.
+
+Run: ``python -m benchmarks.cohort --root /work/cohort --subjects 33 66``. Prints a Markdown
+table and writes ``cohort.json`` in the root. The settings are fixed so that the stages'
+work is linear in the subjects: spherical k-means and directional clustering at K = 100,
+rank 200, 100 spins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.end_to_end import STAGES, StageMeter
+
+N_VERTICES = 2 * 32492
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, required=True)
+    ap.add_argument("--subjects", type=int, nargs="+", default=[33, 66, 132, 264])
+    ap.add_argument("--timepoints", type=int, default=250)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--memory-limit", default="4GB", help="per worker")
+    ap.add_argument("--methods", nargs="+", default=["spherical_kmeans", "directional"])
+    ap.add_argument("--ks", type=int, nargs="+", default=[100])
+    ap.add_argument("--rank", type=int, default=200)
+    ap.add_argument("--spins", type=int, default=100)
+    ap.add_argument(
+        "--project",
+        type=float,
+        metavar="FIXED_S",
+        help="print HCP-S1200's projection from <root>/cohort.json, with FIXED_S seconds for "
+        "the stages that do not grow with the subjects (the full-scale study's fits, "
+        "held-out measures, scores and outputs), and exit",
+    )
+    ap.add_argument("--store-gbps", type=float, default=10.0, help="with --project")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    inputs = args.root / "inputs"
+    if args.project is not None:
+        saved = json.loads((args.root / "cohort.json").read_text())
+        measured = {int(k): v for k, v in saved.items()}
+        print_projection(project(measured, store_gbps=args.store_gbps, fixed_s=args.project))
+        return
+    if args.child is not None:
+        print(json.dumps(run_child(args, inputs, args.child)))
+        return
+    write_inputs(inputs, max(args.subjects), args.timepoints)
+    results: dict[int, Any] = {}
+    for s in sorted(args.subjects):
+        cmd = [sys.executable, "-m", "benchmarks.cohort", "--child", str(s), *sys.argv[1:]]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"the {s}-subject run failed (its log is above)")
+        results[s] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print_row(s, results[s])
+    print_table(results)
+    (args.root / "cohort.json").write_text(json.dumps(results, indent=2))
+
+
+def write_inputs(inputs: Path, n_subjects: int, timepoints: int) -> None:
+    """``n_subjects`` per split of ``timepoints`` each, unless already there."""
+    marker = inputs / "pipeline.yaml"
+    if marker.exists():
+        raw = yaml.safe_load(marker.read_text())
+        if len(raw["splits"]["split1"]) >= n_subjects:
+            return
+    need = 2 * n_subjects * N_VERTICES * timepoints * 4 * 2  # inputs + one cohort's stores
+    free = shutil.disk_usage(inputs.parent if inputs.parent.exists() else Path("/")).free
+    if need > free:
+        sys.exit(
+            f"{n_subjects} subjects per split need about {need / 1e9:.0f} GB here (inputs and "
+            f"stores); {free / 1e9:.0f} GB are free."
+        )
+    t0 = time.perf_counter()
+    shutil.rmtree(inputs, ignore_errors=True)
+    subprocess.run(
+        [
+            sys.executable, "-m", "lsd_dask.cli", "synth", str(inputs), "--format", "zarr",
+            "--subjects", str(n_subjects), "--timepoints", str(timepoints),
+        ],  # fmt: skip
+        check=True,
+        stdout=sys.stderr,  # stdout carries the table only
+    )
+    print(f"inputs written in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+
+def run_child(args: argparse.Namespace, inputs: Path, n_subjects: int) -> dict[str, Any]:
+    """One cohort: the first ``n_subjects`` of each split; its measurements."""
+    from distributed import Client, LocalCluster
+
+    from lsd_dask.pipeline.config import load_config
+    from lsd_dask.pipeline.run import run_pipeline
+
+    raw = yaml.safe_load((inputs / "pipeline.yaml").read_text())
+    splits = {k: v[:n_subjects] for k, v in raw["splits"].items()}
+    keep = {i for ids in splits.values() for i in ids}
+    out = inputs / f"cohort-{n_subjects}"
+    shutil.rmtree(out, ignore_errors=True)
+    raw.update(
+        subjects=[s for s in raw["subjects"] if s["id"] in keep],
+        splits=splits,
+        output=out.name,
+        ks=list(args.ks),
+        methods=list(args.methods),
+        spins=args.spins,
+    )
+    raw["svd"] = {**raw.get("svd", {}), "rank": args.rank}
+    path = inputs / f"cohort-{n_subjects}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path)
+    meter = StageMeter()
+    tasks = _task_counter(meter)
+    with (
+        LocalCluster(
+            n_workers=args.workers,
+            threads_per_worker=1,
+            memory_limit=args.memory_limit,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+        meter.sampling(client),
+    ):
+        cluster.scheduler.add_plugin(tasks)
+        report = run_pipeline(cfg, log=meter.log)
+    work = out / "work"
+    store_files = sum(
+        1 for split in splits for f in (work / f"{split}.zarr").rglob("*") if f.is_file()
+    )
+    n_kept = report["mask"]["n_vertices"] - report["mask"]["n_masked"]
+    columns = sum(v["timepoints"] for v in report["mask"]["per_subject"].values())
+    q = cfg.svd.n_power_iter
+    result = {
+        "input_bytes": n_kept * columns * 4,  # the cortex's float32 series, as ingest reads
+        "svd_flops": 2 * (2 * q + 2) * n_kept * columns * (report["svd"]["split1"]["rank"] + 10),
+        "subjects_per_split": n_subjects,
+        "timepoints": args.timepoints,
+        "workers": args.workers,
+        "timings_s": report["timings_s"],
+        "tasks": tasks.counts,
+        "usage": meter.usage,
+        "store_files": store_files,
+        "store_files_per_subject": store_files / (2 * n_subjects),
+        "stamp_bytes": sum(f.stat().st_size for f in (work / "stamps").glob("*.json")),
+        "report_bytes": (out / "report.json").stat().st_size,
+        "files": sum(1 for f in out.rglob("*") if f.is_file()),
+    }
+    shutil.rmtree(out)
+    return result
+
+
+def _task_counter(meter: StageMeter) -> Any:
+    """A scheduler plugin counting the tasks finished, per stage of the meter."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class TaskCounter(SchedulerPlugin):
+        name = "lsd-dask-cohort-task-counter"
+
+        def __init__(self) -> None:
+            self.counts: dict[str, int] = {}
+
+        def transition(self, key: Any, start: str, finish: str, *a: Any, **k: Any) -> None:
+            if finish in ("memory", "erred"):
+                self.counts[meter.stage] = self.counts.get(meter.stage, 0) + 1
+
+    return TaskCounter()
+
+
+#: HCP-S1200's resting state: subjects with the four runs, time points per subject, vertices
+HCP = {"subjects": 1003, "timepoints": 4800, "kept": 59412}
+
+
+def project(
+    results: dict[int, dict[str, Any]],
+    *,
+    workers: tuple[int, ...] = (8, 32, 128),
+    rank: int = 1000,
+    n_power_iter: int = 2,
+    store_gbps: float = 10.0,
+    fixed_s: float = 0.0,
+) -> list[dict[str, float]]:
+    """HCP-S1200 (2 splits of about 500 subjects × 4,800 TRs) on N workers, from the
+    largest measured cohort's rates.
+
+    - ingest: the bytes read (the cortex's float32 time series), at the measured rate per
+      worker times N, or the store's aggregate bandwidth ``store_gbps`` when lower;
+    - svd: ``(2q + 2) · 2 n m l`` FLOPs per split at the measured rate per worker times N,
+      or the ``q + 2`` reads of the stores at ``store_gbps``, whichever takes longer per
+      pass (the passes stream the data once each);
+    - the rest (fits, held-out measures, scores, outputs) does not grow with the subjects:
+      ``fixed_s``, the full-scale study's seconds for them, taken as is (the fits of a run
+      spread over the workers, which this leaves out).
+    """
+    r = results[max(results)]
+    w = r["workers"]
+    subj_tr = 2 * r["subjects_per_split"] * r["timepoints"]
+    bytes_per_tr = r["input_bytes"] / subj_tr
+    ingest_rate = r["input_bytes"] / r["timings_s"]["mask_ingest"] / w  # bytes/s per worker
+    svd_rate = r["svd_flops"] / r["timings_s"]["svd"] / w  # FLOP/s per worker
+    m = HCP["subjects"] * HCP["timepoints"] / 2  # columns per split
+    data = HCP["subjects"] * HCP["timepoints"] * bytes_per_tr
+    flops = 2 * (2 * n_power_iter + 2) * 2 * HCP["kept"] * m * (rank + 10)
+    passes = n_power_iter + 2
+    rows = []
+    for n in workers:
+        ingest = data / min(n * ingest_rate, store_gbps * 1e9)
+        svd = max(flops / (n * svd_rate), passes * data / (store_gbps * 1e9))
+        rows.append(
+            {
+                "workers": n,
+                "read_tb": data * (1 + passes) / 1e12,
+                "svd_pflop": flops / 1e15,
+                "ingest_h": ingest / 3600,
+                "svd_h": svd / 3600,
+                "total_h": (ingest + svd + fixed_s) / 3600,
+                "store_binds": float(n * svd_rate * passes * data > flops * store_gbps * 1e9),
+            }
+        )
+    return rows
+
+
+def print_projection(rows: list[dict[str, float]]) -> None:
+    print("| workers | read (TB) | SVD (PFLOP) | ingest (h) | svd (h) | total (h) | binds |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['workers']:.0f} | {r['read_tb']:.1f} | {r['svd_pflop']:.2f} | "
+            f"{r['ingest_h']:.2f} | {r['svd_h']:.2f} | {r['total_h']:.2f} | "
+            f"{'store' if r['store_binds'] else 'compute'} |"
+        )
+
+
+def print_row(s: int, r: dict[str, Any]) -> None:
+    total = r["timings_s"]["total"]
+    client = max(u["client_peak"] for u in r["usage"].values())
+    print(
+        f"{s} subjects/split: {total:.0f} s, {total / (2 * s):.2f} s/subject, "
+        f"client peak {client / 1e9:.2f} GB, {sum(r['tasks'].values())} tasks",
+        file=sys.stderr,
+    )
+
+
+def print_table(results: dict[int, dict[str, Any]]) -> None:
+    """Per stage: seconds per subject and tasks per subject, one column per cohort."""
+    sizes = sorted(results)
+    print("| stage | " + " | ".join(f"{s}/split: s/subj, tasks/subj" for s in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for stage in [*STAGES[:-1], "total"]:
+        cells = []
+        for s in sizes:
+            sec = results[s]["timings_s"].get(stage)
+            n = results[s]["tasks"].get(stage, 0) if stage != "total" else None
+            n = sum(results[s]["tasks"].values()) if stage == "total" else n
+            cells.append("–" if sec is None else f"{sec / (2 * s):.2f}, {n / (2 * s):.1f}")
+        print(f"| {stage} | " + " | ".join(cells) + " |")
+    for label, f in [
+        ("client peak (GB)", lambda r: max(u["client_peak"] for u in r["usage"].values()) / 1e9),
+        (
+            "worker peak (GB)",
+            lambda r: max(max(u["worker_peak"].values(), default=0) for u in r["usage"].values())
+            / 1e9,
+        ),
+        ("store files / subject", lambda r: r["store_files_per_subject"]),
+        ("stamp bytes / subject", lambda r: r["stamp_bytes"] / (2 * r["subjects_per_split"])),
+        ("report bytes / subject", lambda r: r["report_bytes"] / (2 * r["subjects_per_split"])),
+    ]:
+        print(f"| {label} | " + " | ".join(f"{f(results[s]):.2f}" for s in sizes) + " |")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()
