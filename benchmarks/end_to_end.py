@@ -45,6 +45,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+# the checkout this file is in, whatever lsd_dask the interpreter has installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 STAGES = (
     "preflight",
     "mask_ingest",

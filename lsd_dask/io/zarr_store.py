@@ -13,11 +13,10 @@ Files: each subject array is Zarr v3 *sharded*. A shard (one file) is ``vertex_c
 by the subject's whole run, about 256 MB by default, so a full-scale subject (64,984
 vertices × 1,000 time points, 260 MB) is two shard files and its ``zarr.json``, and an
 HCP-length run (4,800 time points, 1.25 GB) is six files: few, large files, as a parallel
-file system wants. Inside a shard, inner chunks of about 32 MB are what a reader decodes and
-checksums, so a reader that takes the kept rows decodes one inner chunk at a time into a
-small buffer instead of selecting rows across a whole chunk (on the development machine,
-the kept 90 % of a 260 MB subject: 0.2 s, against 1.2 s with zarr's orthogonal selection
-on 128 MB chunks and 9.8 s on shards).
+file system wants. Inside a shard, inner chunks of at most 32 MB are what a reader decodes
+and checksums, one at a time (:meth:`ColumnBlocks.read_columns`): the kept rows of a
+full-scale subject read in about half the time they took from plain 128 MB chunks with
+zarr's row selection (``benchmarks/store_read.py``).
 
 Concurrent writes into one shard lose data silently (zarr-python issue 3682: each writer
 reads, patches and rewrites the whole shard). Here a shard is only ever written whole: a
@@ -158,22 +157,15 @@ class ColumnBlocks:
 
     def read_columns(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
         """Columns ``start:stop`` (all read rows) into ``out`` (n_rows × (stop − start), the
-        arrays' dtype), without an intermediate copy."""
-        from zarr.core.buffer import default_buffer_prototype
-
-        nd = default_buffer_prototype().nd_buffer
+        arrays' dtype), one stored (inner) chunk of rows at a time."""
         c0 = 0
         for a, (s0, s1) in zip(self.arrays, self._spans, strict=True):
             c1 = c0 + s1 - s0
             lo, hi = max(start, c0), min(stop, c1)
             if lo < hi:
-                dst = nd.from_numpy_array(out[:, lo - start : hi - start])
                 cols = slice(s0 + lo - c0, s0 + hi - c0)
                 try:
-                    if self.rows is None:
-                        a.get_basic_selection((slice(None), cols), out=dst)
-                    else:
-                        _read_kept_rows(a, self.rows, cols, out[:, lo - start : hi - start])
+                    _read_by_chunk(a, self.rows, cols, out[:, lo - start : hi - start])
                 except ValueError as err:
                     if "checksum" not in str(err) or self.path is None:
                         raise
@@ -515,23 +507,33 @@ def _inspect(p: str, storage_options: dict[str, Any] | None) -> tuple[str | None
     return None, expected
 
 
-def _read_kept_rows(a: Any, rows: np.ndarray, cols: slice, out: np.ndarray) -> None:
-    """``a[rows, cols]`` into ``out``, one stored (inner) chunk of rows at a time.
+def _read_by_chunk(a: Any, rows: np.ndarray | None, cols: slice, out: np.ndarray) -> None:
+    """``a[rows, cols]`` (every row when ``rows`` is None) into ``out``, one stored (inner)
+    chunk of rows at a time.
 
-    Each chunk is decoded into a small buffer and its kept rows copied out: zarr's own
-    orthogonal selection is 5× slower on plain chunks and 40× on sharded ones.
+    Every row: each chunk decodes straight into its rows of ``out``. The kept rows: each
+    chunk decodes into a small buffer and its kept rows are copied out. Both are faster
+    than zarr's reads of a whole sharded array (which hold the shard's bytes and its
+    decoded values at once) and than its orthogonal selection (5× slower on plain chunks,
+    40× on shards): see ``docs/benchmarks.md``.
     """
     from zarr.core.buffer import default_buffer_prototype
 
     nd = default_buffer_prototype().nd_buffer
     step = int(a.chunks[0])
-    buf = np.empty((min(step, a.shape[0]), out.shape[1]), a.dtype)
-    bounds = np.searchsorted(rows, np.arange(0, a.shape[0] + step, step))
+    n = int(a.shape[0])
+    if rows is None:
+        for r0 in range(0, n, step):
+            r1 = min(r0 + step, n)
+            a.get_basic_selection((slice(r0, r1), cols), out=nd.from_numpy_array(out[r0:r1]))
+        return
+    buf = np.empty((min(step, n), out.shape[1]), a.dtype)
+    bounds = np.searchsorted(rows, np.arange(0, n + step, step))
     for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=False)):
         if lo == hi:
             continue
         r0 = i * step
-        r1 = min(r0 + step, a.shape[0])
+        r1 = min(r0 + step, n)
         a.get_basic_selection((slice(r0, r1), cols), out=nd.from_numpy_array(buf[: r1 - r0]))
         np.take(buf, rows[lo:hi] - r0, axis=0, out=out[lo:hi], mode="clip")  # no buffering
 

@@ -1,0 +1,111 @@
+"""Reading one full-scale subject from a split store: the sharded layout against plain chunks.
+
+One subject of 64,984 vertices × ``--timepoints`` float32 (random values), stored twice in a
+temporary folder:
+- as the split stores write it now (:class:`lsd_dask.io.zarr_store.SplitWriter`: Zarr v3
+  shards of about 256 MB, inner chunks of at most 32 MB, CRC-32C per inner chunk);
+- as plain chunks of about 128 MB, one file each (the layout before sharding), read the way
+  it was then: zarr's orthogonal selection of the kept rows.
+
+For each: the files, the seconds to write, to read every row, and to read the kept rows
+(92 % of them, the full study's mask: 59,784 of 64,984), best of ``--repeats`` from the page
+cache (the SVD's passes after the first read it from there when it fits).
+
+Run: ``python -m benchmarks.store_read --timepoints 1000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import zarr
+from zarr.codecs import Crc32cCodec
+from zarr.core.buffer import default_buffer_prototype
+
+from lsd_dask.io.zarr_store import build_split, open_split
+
+N = 64984
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--timepoints", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    t = args.timepoints
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, t), dtype=np.float32)
+    mask = np.ones(N, bool)
+    mask[rng.choice(N, N - 59784, replace=False)] = False
+    kept = np.flatnonzero(mask)
+    nd = default_buffer_prototype().nd_buffer
+    with tempfile.TemporaryDirectory() as tmp:
+        # the split store as written now
+        t0 = time.perf_counter()
+        with build_split(Path(tmp) / "sharded.zarr", n_rows=N) as w:
+            w.write(0, "s", x)
+            w.finish(["s"], [t], vertex_mask=mask, rows="surface")
+        write_new = time.perf_counter() - t0
+        blocks = open_split(Path(tmp) / "sharded.zarr").column_blocks
+        every = type(blocks)(blocks.arrays)  # the same store, every row
+        out_all = np.empty((N, t), np.float32)
+        out_kept = np.empty((kept.size, t), np.float32)
+        new_all = _best(lambda: every.read_columns(0, t, out_all), args.repeats)
+        new_kept = _best(lambda: blocks.read_columns(0, t, out_kept), args.repeats)
+        assert np.array_equal(out_kept, x[kept])
+        files_new = _files(Path(tmp) / "sharded.zarr" / "subject" / "0")
+        # plain ~128 MB chunks, one file each
+        t0 = time.perf_counter()
+        a = zarr.create_array(
+            str(Path(tmp) / "plain.zarr"), shape=x.shape, chunks=(min(N, 2**25 // t), t),
+            dtype="float32", compressors=[Crc32cCodec()], fill_value=0.0,
+        )  # fmt: skip
+        a[:] = x
+        write_old = time.perf_counter() - t0
+        old_all = _best(
+            lambda: a.get_basic_selection(
+                (slice(None), slice(None)), out=nd.from_numpy_array(out_all)
+            ),
+            args.repeats,
+        )
+        old_kept = _best(
+            lambda: a.get_orthogonal_selection(
+                (kept, slice(None)), out=nd.from_numpy_array(out_kept)
+            ),
+            args.repeats,
+        )
+        assert np.array_equal(out_kept, x[kept])
+        files_old = _files(Path(tmp) / "plain.zarr")
+    gb = x.nbytes / 1e9
+    print(f"one subject: {N:,} vertices x {t:,} time points, {gb:.2f} GB float32")
+    print("| layout | files | write (s) | read all rows (s) | read kept rows (s) |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| sharded (now) | {files_new} | {write_new:.2f} | {new_all:.2f} "
+        f"({gb / new_all:.2f} GB/s) | {new_kept:.2f} |"
+    )
+    print(
+        f"| plain 128 MB chunks | {files_old} | {write_old:.2f} | {old_all:.2f} "
+        f"({gb / old_all:.2f} GB/s) | {old_kept:.2f} |"
+    )
+
+
+def _best(f: object, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()  # type: ignore[operator]
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _files(folder: Path) -> int:
+    return sum(1 for f in folder.rglob("*") if f.is_file())
+
+
+if __name__ == "__main__":
+    main()
