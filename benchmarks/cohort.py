@@ -121,8 +121,6 @@ def write_inputs(inputs: Path, n_subjects: int, timepoints: int) -> None:
 
 def run_child(args: argparse.Namespace, inputs: Path, n_subjects: int) -> dict[str, Any]:
     """One cohort: the first ``n_subjects`` of each split; its measurements."""
-    from distributed import Client, LocalCluster
-
     from lsd_dask.pipeline.config import load_config
     from lsd_dask.pipeline.run import run_pipeline
 
@@ -145,17 +143,7 @@ def run_child(args: argparse.Namespace, inputs: Path, n_subjects: int) -> dict[s
     cfg = load_config(path)
     meter = StageMeter()
     tasks = _task_counter(meter)
-    with (
-        LocalCluster(
-            n_workers=args.workers,
-            threads_per_worker=1,
-            memory_limit=args.memory_limit,
-            host="127.0.0.1",
-            dashboard_address=None,
-        ) as cluster,
-        Client(cluster) as client,
-        meter.sampling(client),
-    ):
+    with meter.measured_cluster(args.workers, args.memory_limit) as cluster:
         cluster.scheduler.add_plugin(tasks)
         report = run_pipeline(cfg, log=meter.log)
     work = out / "work"

@@ -105,8 +105,6 @@ def main() -> None:
 
 def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     """One pipeline run on ``n_workers`` single-threaded workers; the measurements."""
-    from distributed import Client, LocalCluster
-
     from lsd_dask.pipeline.config import load_config
     from lsd_dask.pipeline.run import run_pipeline
 
@@ -130,17 +128,7 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
         if m:
             fits.append((int(m[1]), float(m[2]), int(m[3])))
 
-    with (
-        LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=1,
-            memory_limit=args.memory_limit,
-            host="127.0.0.1",
-            dashboard_address=None,
-        ) as cluster,
-        Client(cluster) as client,
-        meter.sampling(client),
-    ):
+    with meter.measured_cluster(n_workers, args.memory_limit):
         report = run_pipeline(cfg, log=log)
         svd_reference = None
         if not args.no_svd_reference:
@@ -194,6 +182,22 @@ class StageMeter:
         for prefix, stage in _PREFIX.items():
             if line.startswith(prefix):
                 self.stage = stage
+
+    @contextmanager
+    def measured_cluster(self, n_workers: int, memory_limit: str) -> Iterator[Any]:
+        """A LocalCluster of ``n_workers`` single-threaded workers on 127.0.0.1 with its
+        client, sampled while the block runs; yields the cluster."""
+        from distributed import Client, LocalCluster
+
+        with (
+            LocalCluster(
+                n_workers=n_workers, threads_per_worker=1, memory_limit=memory_limit,
+                host="127.0.0.1", dashboard_address=None,
+            ) as cluster,
+            Client(cluster) as client,
+            self.sampling(client),
+        ):  # fmt: skip
+            yield cluster
 
     @contextmanager
     def sampling(self, client: Any) -> Iterator[None]:
