@@ -358,6 +358,8 @@ def serve_slurm_task(cfg: dict[str, Any]) -> None:
     role = slurm_task_role(cfg)
     if role not in ("scheduler", "worker"):
         raise RuntimeError(f"serve_slurm_task is for the scheduler and workers, not {role}.")
+    # the connections that close when the run ends are logged with tracebacks at INFO
+    logging.getLogger("distributed.batched").setLevel(logging.WARNING)
     try:
         runner = _slurm_runner(cfg)  # serves inside its constructor
     except SystemExit:

@@ -56,3 +56,42 @@ def test_directional_on_slurm_workers(slurm, tmp_path, monkeypatch):
         hosts = {w["host"] for w in client.scheduler_info()["workers"].values()}
         assert hosts == {"127.0.0.1"}
     np.testing.assert_array_equal(labels, local)
+
+
+def test_slurm_runner_job_runs_the_pipeline(slurm, tmp_path):
+    """``srun`` starts the same ``lsd-dask run`` in 4 tasks of one job (slurm-runner):
+    the scheduler, the client that runs the pipeline, and 2 workers."""
+    import json
+    import sys
+
+    import yaml
+
+    cli = [sys.executable, "-m", "lsd_dask.cli"]
+    synth = ["synth", str(tmp_path), "--frequency", "5", "--subjects", "2"]
+    synth += ["--timepoints", "40", "--parcels", "6"]
+    subprocess.run([*cli, *synth], check=True, capture_output=True)
+    runner = {
+        "type": "slurm-runner",
+        "slurm-runner": {
+            "scheduler-file": str(tmp_path / "scheduler-{job_id}.json"),
+            "interface": "lo",
+            "memory-limit": "1GB",
+            "local-directory": str(tmp_path / "scratch"),
+            "dashboard-address": "127.0.0.1:0",
+            "timeout": 120,
+        },
+    }
+    (tmp_path / "runner.yaml").write_text(yaml.safe_dump(runner))
+    run = ["run", str(tmp_path / "pipeline.yaml"), "--cluster", str(tmp_path / "runner.yaml")]
+    run += ["--out", str(tmp_path / "o"), "--k", "4", "--rank", "20"]
+    srun = ["srun", "--ntasks=4", "--overcommit", "--cpus-per-task=1", "--mem-per-cpu=1000"]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    done = subprocess.run(
+        [*srun, *cli, *run], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert [s["k"] for s in report["scores"]] == [4]
+    # one task ran the pipeline; the scheduler's file went with the scheduler
+    assert done.stdout.count("[done] outputs in") == 1
+    assert not list(tmp_path.glob("scheduler-*.json"))
