@@ -53,7 +53,7 @@ def test_a_store_the_workers_see_in_part_fails_naming_the_folder(folder, tmp_pat
     # two worker processes of a real cluster check the store before the SVD reads it
     with connect({"type": "local", "local": {"n_workers": 2, "threads_per_worker": 1}}, log=None):
         with RunContext.open(cfg, lambda s: None, preflight(cfg)[0]) as ctx:
-            with pytest.raises(ValueError, match=f"split store {store} .*chunks: the work fold"):
+            with pytest.raises(ValueError, match=f"split store {store} .*shard files: the work"):
                 run_stage(SvdStage(), ctx)
 
 
