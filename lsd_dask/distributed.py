@@ -375,22 +375,32 @@ def serve_slurm_task(cfg: dict[str, Any]) -> None:
 def _slurm_runner(cfg: dict[str, Any]) -> Any:
     from dask_jobqueue.slurm import SLURMRunner
 
+    scheduler_file, scheduler, worker = _runner_options(cfg)
+    return SLURMRunner(
+        scheduler_file=scheduler_file, scheduler_options=scheduler, worker_options=worker
+    )
+
+
+def _runner_options(cfg: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A slurm-runner section as SLURMRunner's scheduler file, scheduler and worker
+    options. ``$VARIABLES`` expand as in a job script; a path naming one that is not set
+    (``$TMPDIR`` on a site without it) is left to Dask's default."""
     section = _underscored(dict(cfg.get("slurm-runner") or {}))
-    for key in ("scheduler_file", "local_directory"):  # "$TMPDIR", as in a job script
+    for key in ("scheduler_file", "local_directory"):
         if key in section:
             section[key] = os.path.expandvars(str(section[key]))
+            if "$" in section[key] and key == "local_directory":
+                del section[key]
     nthreads = section.get("nthreads") or int(os.environ.get("SLURM_CPUS_PER_TASK", "1"))
-    worker = {"nthreads": int(nthreads)}
+    worker: dict[str, Any] = {"nthreads": int(nthreads)}
     for key in ("memory_limit", "local_directory", "interface"):
         if key in section:
             worker[key] = section[key]
-    scheduler = {"dashboard_address": section.get("dashboard_address", ":8787")}
+    scheduler: dict[str, Any] = {"dashboard_address": section.get("dashboard_address", ":8787")}
     if "interface" in section:
         scheduler["interface"] = section["interface"]
-    scheduler_file = section.get("scheduler_file", "lsd-dask-scheduler-{job_id}.json")
-    return SLURMRunner(
-        scheduler_file=str(scheduler_file), scheduler_options=scheduler, worker_options=worker
-    )
+    scheduler_file = str(section.get("scheduler_file", "lsd-dask-scheduler-{job_id}.json"))
+    return scheduler_file, scheduler, worker
 
 
 def _from_config(cfg: dict[str, Any], timeout: float) -> Client:

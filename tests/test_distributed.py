@@ -250,3 +250,18 @@ def test_slurm_runner_needs_its_slurm_task(monkeypatch):
         roles.append(slurm_task_role(cfg))
     assert roles == ["scheduler", "client", "worker", "worker", "worker"]
     assert slurm_task_role({"type": "local", "local": {}}) is None
+
+
+def test_slurm_runner_options_expand_like_a_job_script(monkeypatch):
+    from lsd_dask.distributed import _runner_options, load_cluster_config
+
+    root = Path(__file__).resolve().parents[1] / "cluster_configs"
+    cfg = load_cluster_config(root / "slurm_runner.yaml")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
+    monkeypatch.setenv("TMPDIR", "/local/scratch")
+    file, scheduler, worker = _runner_options(cfg)
+    assert file == "lsd-dask-scheduler-{job_id}.json"  # SLURMRunner fills in the job id
+    assert worker == {"nthreads": 4, "memory_limit": "auto", "local_directory": "/local/scratch"}
+    assert scheduler == {"dashboard_address": ":8787"}
+    monkeypatch.delenv("TMPDIR")  # a site without it: Dask's own default, not "$TMPDIR"
+    assert "local_directory" not in _runner_options(cfg)[2]
