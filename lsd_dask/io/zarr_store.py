@@ -18,7 +18,7 @@ and checksums, one at a time (:meth:`ColumnBlocks.read_columns`): the kept rows 
 full-scale subject read in about half the time they took from plain 128 MB chunks with
 zarr's row selection (``benchmarks/store_read.py``).
 
-Concurrent writes into one shard lose data silently (zarr-python issue 3682: each writer
+Concurrent writes into one shard lose data silently (in zarr-python 3.1, each writer
 reads, patches and rewrites the whole shard). Here a shard is only ever written whole: a
 subject's array is written by one call (:meth:`SplitWriter.write`) of one task, and the
 array belongs to that subject alone, so concurrent tasks never share a shard.
