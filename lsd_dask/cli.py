@@ -302,8 +302,9 @@ def _run_locked(
         if client.cluster is not None and not click.get_current_context().find_root().params.get(
             "debug"
         ):
-            # workers this command started print their failed tasks' tracebacks too
-            client.run(_quiet_worker_logs)
+            # workers this command started print their failed tasks' tracebacks too; a
+            # worker its nanny is restarting cannot answer, and the memory check names it
+            client.run(_quiet_worker_logs, on_error="return")
         run_pipeline(cfg, command=_command_line(), lock=lock)
 
 

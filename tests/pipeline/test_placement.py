@@ -74,12 +74,6 @@ def test_an_svd_task_allocates_no_more_than_its_estimate():
     assert peak <= 2 * task_bytes(n, t, rank, False)["svd"], peak
 
 
-@pytest.mark.xfail(
-    strict=False,
-    raises=subprocess.TimeoutExpired,
-    reason="known defect: with a worker its nanny keeps killing, the run sometimes hangs "
-    "after connecting (seen under load), instead of failing in one line",
-)
 def test_workers_below_one_tasks_memory_fail_in_one_line_before_ingest(tmp_path, study):
     """Workers of 80 MB (each uses more than that at rest) pause and never resume: the run
     stops before ingest, in one line giving the memory needed, well within a minute."""
