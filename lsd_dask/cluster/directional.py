@@ -265,8 +265,7 @@ def directional_assign(X: Array, D: np.ndarray, *, update: str = "pinv") -> tupl
     -------
     labels, coefficients : arrays of shape (n_samples,), same kind as X
     """
-    B = _pinv_map(D) if update == "pinv" else D.T
-    S = _times(X, B)
+    S = _pinv_coefficients(X, D) if update == "pinv" else _times(X, D.T)
     return S.argmax(axis=1), S.max(axis=1)
 
 
@@ -356,8 +355,9 @@ def _fit_directional(
         D = kmeanspp_rows(X, k, rng)
     D = unit_rows(D)
     # initial assignment by correlation with the centres, then the first centre update
-    lab0, sb0 = directional_assign(X, D, update="correlation")
-    labels, sbar, stats = _assign_and_stats([(lab0, _clip0(sb0))], X, D, k, row_sq)[0]
+    P = _times(X, D.T)
+    lab0, sb0 = P.argmax(axis=1), _clip0(P.max(axis=1))
+    labels, sbar, stats = _assign_and_stats([(lab0, sb0)], X, D, k, row_sq, P)[0]
     labels, sbar, stats = _reinit_empty(X, labels, sbar, stats, k)
     D, sbar = _update_centres(stats, labels, sbar, normalize)
     costs = [_cost(sqnorm_total, stats, D, sbar, labels)]
@@ -367,9 +367,14 @@ def _fit_directional(
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007 - reported
         steps = [("pinv", None)] if update == "pinv" else [("gradient", m) for m in _mus(mu)]
+        # one product of X with the centres per iteration: the pinv step's X D⁺ alone, or
+        # X Dᵀ, from which every candidate (the pinv step's by a K × K product) and each
+        # sample's product with its own centre follow
+        P = _times(X, D.T) if descending or update != "pinv" else None
         candidates = [
             _assign(
                 X,
+                P,
                 labels,
                 sbar,
                 D,
@@ -380,9 +385,9 @@ def _fit_directional(
             for u, m in steps
         ]
         if descending:  # the safe step: the exact minimiser over S̄ for the current centres
-            candidates.append(_best_projection(X, D))
+            candidates.append(_best_projection(P, D))
         # one pass over X: every candidate's assignment and its K-sized statistics
-        outcomes = _assign_and_stats(candidates, X, D, k, row_sq)
+        outcomes = _assign_and_stats(candidates, X, D, k, row_sq, P)
         if descending:
             chosen = _descent_step(outcomes, labels, D, sqnorm_total, costs[-1], update, mu)
             if chosen is None:  # no step lowers the cost: a fixed point
@@ -516,11 +521,12 @@ def _descent_step(
     return None
 
 
-def _best_projection(X: Array, D: np.ndarray) -> tuple[Any, Any]:
-    """Lazy (labels, coefficients) minimising ``||X - S̄ D||`` over S̄ for fixed D."""
+def _best_projection(P: Any, D: np.ndarray) -> tuple[Any, Any]:
+    """Lazy (labels, coefficients) minimising ``||X - S̄ D||`` over S̄ for fixed D, from
+    ``P = X Dᵀ``."""
     dn = np.linalg.norm(D, axis=1)
     safe = np.where(dn > 0, dn, np.inf)
-    S = _times(X, (D / safe[:, None]).T)
+    S = P * (1.0 / safe).astype(P.dtype)
     lab = S.argmax(axis=1)
     top = _clip0(S.max(axis=1))
     inv = 1.0 / safe
@@ -530,6 +536,7 @@ def _best_projection(X: Array, D: np.ndarray) -> tuple[Any, Any]:
 
 def _assign(
     X: Array,
+    P: Any,
     labels: np.ndarray,
     sbar: np.ndarray,
     D: np.ndarray,
@@ -538,52 +545,59 @@ def _assign(
     mu: float | None,
     colscale: np.ndarray | None,
 ) -> tuple[Any, Any]:
-    """Lazy new (labels, coefficients): the S update followed by the threshold P(S)."""
+    """Lazy new (labels, coefficients): the S update followed by the threshold P(S).
+    ``P = X Dᵀ``, or None (the pinv update then multiplies X by ``D⁺``); the gradient
+    update needs it."""
     k = D.shape[0]
     if update == "pinv":
-        B = _pinv_map(D)
+        S = _pinv_coefficients(X, D, P)
         if colscale is not None:
-            B = B * colscale
-        S = _times(X, B)
+            S = S * colscale.astype(S.dtype)
     else:
+        assert P is not None  # the gradient step is made of X Dᵀ
         mu = _effective_step(mu, D)
         A = np.eye(k) - mu * (D @ D.T)
-        XDt = _times(X, D.T)
-        lab = rows_like(labels, X)
-        sb = rows_like(sbar, X)
-        if is_dask(X):
+        lab = rows_like(labels, P)
+        sb = rows_like(sbar, P)
+        if is_dask(P):
             SbarA = da.map_blocks(
                 lambda lb, s: A[lb] * s[:, None],
                 lab,
                 sb,
                 new_axis=1,
-                chunks=(X.chunks[0], (k,)),
+                chunks=(P.chunks[0], (k,)),
                 dtype=np.float64,
             )
         else:
             SbarA = A[lab] * sb[:, None]
-        S = SbarA + mu * XDt
+        S = SbarA + mu * P
         if colscale is not None:
             S = S * colscale
     return S.argmax(axis=1), _clip0(S.max(axis=1))
 
 
 def _assign_and_stats(
-    candidates: list[tuple[Any, Any]], X: Array, D: np.ndarray, k: int, row_sq: np.ndarray
+    candidates: list[tuple[Any, Any]],
+    X: Array,
+    D: np.ndarray,
+    k: int,
+    row_sq: np.ndarray,
+    P: Any = None,
 ) -> list[tuple[np.ndarray, np.ndarray, dict[str, Any]]]:
     """Compute candidate assignments with their statistics in one ``dask.compute``.
 
     For each (labels, coefficients) candidate (lazy for dask X): per-cluster weighted sums,
     and each sample's residual ``||x_i - s̄_i d_{l_i}||^2`` under the current centres (for
     re-initialising empty clusters). Dask shares X's blocks between all of them, so X is
-    read once per iteration.
+    read once per iteration. ``P = X Dᵀ``, where the candidates came from it, gives each
+    sample's product with its own centre without another pass over X.
     """
     dn2 = np.sum(D * D, axis=1)
     sq = rows_like(row_sq, X)
     lazy = []
     for lab, sb in candidates:
         sums = cluster_sums(X, lab, k, weights=sb)
-        proj = own_centre_projection(X, lab, D)
+        proj = own_centre_projection(X, lab, D) if P is None else _own_column(P, lab)
         dsq = _lookup(dn2, lab)
         resid = sq - 2.0 * sb * proj + sb**2 * dsq
         lazy += [lab, sb, sums, resid]
@@ -706,6 +720,27 @@ def _times(X: Array, W: np.ndarray) -> Any:
 def _pinv_map(D: np.ndarray) -> np.ndarray:
     """``D^T (D D^T)^+`` (d × K): least-squares coefficients of a row against all centres."""
     return np.linalg.pinv(D)
+
+
+def _pinv_coefficients(X: Array, D: np.ndarray, P: Any = None) -> Any:
+    """``X D⁺``: each row's least-squares coefficients against all centres. From
+    ``P = X Dᵀ`` where it is at hand, as ``P (D Dᵀ)⁺`` (``D⁺ = Dᵀ (D Dᵀ)⁺``): a K × K
+    product instead of a second d × K one with X."""
+    if P is None:
+        return _times(X, _pinv_map(D))
+    return _times(P, np.linalg.pinv(D @ D.T, hermitian=True))
+
+
+def _own_column(P: Any, labels: Any) -> Any:
+    """``P[i, labels_i]`` in float64 for every row, numpy or (block by block) dask."""
+
+    def take(pb: np.ndarray, lb: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(pb, lb.reshape(-1, 1), axis=1)[:, 0].astype(np.float64)
+
+    if not is_dask(P):
+        return take(np.asarray(P), np.asarray(labels))
+    lab = rows_like(labels, P)[:, None]
+    return da.map_blocks(take, P.rechunk({1: -1}), lab, drop_axis=1, dtype=np.float64)
 
 
 def _effective_step(mu: float | None, D: np.ndarray) -> float:

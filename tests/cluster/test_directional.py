@@ -159,3 +159,64 @@ def test_n_init_keeps_the_lowest_cost():
     one = [DirectionalClustering(12, random_state=s).fit(X) for s in range(3)]
     best = DirectionalClustering(12, n_init=4, random_state=0).fit(X)
     assert min(best.cost_history_) <= min(one[0].cost_history_) + 1e-9
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    k=st.integers(2, 12),
+    rho=st.floats(0.0, 0.95),
+    duplicate=st.booleans(),
+)
+def test_least_squares_coefficients_from_the_products_with_the_centres(seed, k, rho, duplicate):
+    """The pinv step's coefficients, from X or from ``P = X Dᵀ`` as ``P (D Dᵀ)⁺``, equal
+    numpy's ``X pinv(D)`` (float64), for correlated centres and for a repeated centre
+    (rank-deficient D); in float32 within the rounding that the centres' conditioning
+    allows."""
+    from lsd_dask.cluster.directional import _pinv_coefficients
+
+    rng = np.random.default_rng(seed)
+    d, n = 16, 50
+    common = rng.standard_normal(d)
+    D = np.sqrt(rho) * common / np.linalg.norm(common) + np.sqrt(1 - rho) * rng.standard_normal(
+        (k, d)
+    ) / np.sqrt(d)
+    if duplicate:
+        D[-1] = D[0]
+    X = rng.standard_normal((n, d))
+    expected = X @ np.linalg.pinv(D)
+    for got in (_pinv_coefficients(X, D), _pinv_coefficients(X, D, X @ D.T)):
+        np.testing.assert_allclose(got, expected, atol=1e-9 * np.abs(expected).max())
+    X32 = X.astype(np.float32)
+    s = np.linalg.svd(D, compute_uv=False)
+    cond = s[0] / s[s > 1e-10 * s[0]].min()
+    scale = max(np.abs(expected).max(), 1.0)
+    for got32 in (
+        _pinv_coefficients(X32, D),
+        _pinv_coefficients(X32, D, X32 @ D.T.astype(np.float32)),
+    ):
+        assert got32.dtype == np.float32
+        assert np.abs(got32 - expected).max() <= 1e-5 * cond * scale
+
+
+def test_numpy_and_dask_agree_where_the_fit_descends():
+    """Strongly correlated centres make the pinv steps climb, so the fit goes on with the
+    safe step (the products X Dᵀ, the pinv step from them): dask input, chunked by rows,
+    gives numpy's labels and costs there too."""
+    rng = np.random.default_rng(4)
+    k, d, n = 30, 20, 900
+    common = rng.standard_normal(d)
+    own = rng.standard_normal((k, d))
+    C = np.sqrt(0.9) * common / np.linalg.norm(common) + np.sqrt(0.1) * own / np.linalg.norm(
+        own, axis=1, keepdims=True
+    )
+    X = C[rng.integers(0, k, n)] + 0.3 * rng.standard_normal((n, d))
+    a = DirectionalClustering(k, max_iter=40, random_state=4).fit(X)
+    hist = np.asarray(a.cost_history_)
+    # PATIENCE costs in a row above the lowest so far: the fit went on descending
+    above = hist[1:] >= np.minimum.accumulate(hist)[:-1]
+    runs = np.diff(np.flatnonzero(np.concatenate([[True], ~above, [True]]))) - 1
+    assert runs.max() >= PATIENCE, hist
+    b = DirectionalClustering(k, max_iter=40, random_state=4).fit(da.from_array(X, chunks=(200, d)))
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert a.cost_history_ == pytest.approx(b.cost_history_)
