@@ -1,0 +1,165 @@
+"""How many power iterations the group SVD needs: accuracy and time of ``n_power_iter``
+and ``n_oversamples``.
+
+On one split store of a finished run (its ``work`` folder), each ``q:p`` of ``--runs``
+runs the pipeline's SVD call (``randomized_svd`` on the store's column blocks, at the
+run's rank, ``q`` power iterations, ``p`` oversamples, seed 0) on a LocalCluster of 2
+single-threaded workers, and is compared with ``--reference`` (``4:10`` by default: 6
+reads of X):
+
+- seconds, reads of X (``q + 2``) and GEMM work (``(2 q + 2) · 2 n m (k + p)``);
+- singular values: largest relative error of the top 10 and of all k;
+- subspace capture: mean and 10th percentile of the cosines of the principal angles
+  between the k-dimensional subspaces (the last few directions of a flat spectrum are
+  interchangeable, so the minimum says little);
+- energy: ``Σ s_q² / Σ s_ref²``, the share of the reference's captured variance;
+- features: the relative Frobenius error of the vertex-by-vertex Gram ``U S² Uᵀ`` (what
+  the clustering's distances are made of), from k × k products only;
+- labels: spherical k-means at ``--k`` on the unit rows of ``U S`` (the pipeline's
+  features), NMI against the reference's labels and against the study's ``truth.npy``.
+
+Run: ``python -m benchmarks.power_iterations --work /work/full/study/e2e-2w/work
+--truth /work/full/study/truth.npy``. Prints a Markdown table. ``--reuse`` takes the
+factors an earlier run saved under ``--out`` (same store, same settings) instead of
+computing them again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# the checkout this file is in, whatever lsd_dask the interpreter has installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", type=Path, required=True, help="a finished run's work folder")
+    ap.add_argument("--split", default="split1")
+    ap.add_argument("--runs", nargs="+", default=["0:10", "1:10", "2:10"], help="q:p each")
+    ap.add_argument("--reference", default="4:10", help="q:p")
+    ap.add_argument("--reuse", action="store_true", help="factors saved under --out")
+    ap.add_argument("--rank", type=int, help="default: the run's (its saved singular values)")
+    ap.add_argument("--k", type=int, default=200, help="parcels of the label comparison")
+    ap.add_argument("--truth", type=Path, help="per-vertex truth labels (all vertices)")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/lsd_power_bench"))
+    ap.add_argument("--memory-limit", default="4GB", help="per worker")
+    args = ap.parse_args()
+
+    from distributed import Client, LocalCluster
+
+    from lsd_dask.io import open_split
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    rank = args.rank or int(np.load(args.work / f"{args.split}_s.npy").size)
+    store = open_split(str(args.work / f"{args.split}.zarr"))
+    n, m = store.data.shape
+    print(f"<!-- {args.split}: {n} x {m}, rank {rank} -->", flush=True)
+    configs = [_config(r) for r in [args.reference, *args.runs]]
+    runs: dict[tuple[int, int], dict[str, object]] = {}
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, memory_limit=args.memory_limit,
+            host="127.0.0.1", dashboard_address=None,
+        ) as cluster,
+        Client(cluster),
+    ):  # fmt: skip
+        for qp in configs:
+            if qp not in runs:
+                runs[qp] = _svd(store, rank, qp, args.out, args.reuse)
+                print(f"<!-- q:p={qp}: {runs[qp]['seconds']:.1f} s -->", flush=True)
+
+    mask = np.load(args.work / "mask.npy") if (args.work / "mask.npy").exists() else None
+    truth = np.load(args.truth) if args.truth else None
+    if truth is not None and mask is not None:
+        truth = truth[mask]
+    ref = runs[configs[0]]
+    ref_labels = _labels(ref["U"], ref["s"], args.k)
+    print(
+        "| n_power_iter | n_oversamples | reads of X | GEMM TFLOP | seconds | max rel. err s "
+        "(top 10 / all k) | capture mean / 10th pct | energy | Gram rel. err | NMI vs "
+        f"reference (K = {args.k}) | NMI vs truth |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for q, p in sorted(runs):
+        r = runs[q, p]
+        U, s = np.asarray(r["U"]), np.asarray(r["s"])
+        Ur, sr = np.asarray(ref["U"]), np.asarray(ref["s"])
+        err = np.abs(s - sr) / sr
+        cos = np.linalg.svd(Ur.T.astype(np.float64) @ U.astype(np.float64), compute_uv=False)
+        labels = ref_labels if (q, p) == configs[0] else _labels(U, s, args.k)
+        nmi_ref = _nmi(labels, ref_labels)
+        nmi_truth = f"{_nmi(labels, truth):.4f}" if truth is not None else "–"
+        name = f"{q} (reference)" if (q, p) == configs[0] else str(q)
+        tflop = (2 * q + 2) * 2 * n * m * (rank + p) / 1e12
+        print(
+            f"| {name} | {p} | {q + 2} | {tflop:.1f} | {r['seconds']:.1f} | {err[:10].max():.1e} / "
+            f"{err.max():.1e} | {cos.mean():.4f} / {np.percentile(cos, 10):.4f} | "
+            f"{(s.astype(np.float64) ** 2).sum() / (sr.astype(np.float64) ** 2).sum():.5f} | "
+            f"{_gram_error(U, s, Ur, sr):.1e} | {nmi_ref:.4f} | {nmi_truth} |",
+            flush=True,
+        )
+
+
+def _config(text: str) -> tuple[int, int]:
+    q, p = text.split(":")
+    return int(q), int(p)
+
+
+def _svd(
+    store: object, rank: int, qp: tuple[int, int], out: Path, reuse: bool
+) -> dict[str, object]:
+    """The pipeline's call at ``q`` power iterations and ``p`` oversamples, timed; U, s
+    and the seconds saved under ``out`` (and read back from there with ``reuse``)."""
+    from lsd_dask.linalg import randomized_svd
+
+    q, p = qp
+    files = [out / f"{name}_q{q}_p{p}.npy" for name in ("U", "s", "seconds")]
+    if reuse and all(f.exists() for f in files):
+        U, s, sec = (np.load(f) for f in files)
+        return {"U": U, "s": s, "seconds": float(sec)}
+    t0 = time.perf_counter()
+    U, s, _ = randomized_svd(
+        store.column_blocks,  # type: ignore[attr-defined]
+        rank,
+        n_power_iter=q,
+        n_oversamples=p,
+        random_state=0,
+    )
+    U = np.asarray(U.compute() if hasattr(U, "compute") else U, np.float32)
+    seconds = time.perf_counter() - t0
+    for f, v in zip(files, (U, np.asarray(s, np.float64), np.float64(seconds)), strict=True):
+        np.save(f, v)
+    return {"U": U, "s": np.asarray(s, np.float64), "seconds": seconds}
+
+
+def _gram_error(U: np.ndarray, s: np.ndarray, Ur: np.ndarray, sr: np.ndarray) -> float:
+    """``‖U S² Uᵀ − Ur Sr² Urᵀ‖_F / ‖Ur Sr² Urᵀ‖_F`` from k × k products (U, Ur orthonormal)."""
+    M = U.T.astype(np.float64) @ Ur.astype(np.float64)
+    a, b = s**2, sr**2
+    cross = np.einsum("i,ij,j,ij->", a, M, b, M)  # tr(A M B Mᵀ)
+    return float(np.sqrt(max((a**2).sum() + (b**2).sum() - 2 * cross, 0.0) / (b**2).sum()))
+
+
+def _labels(U: object, s: object, k: int) -> np.ndarray:
+    """Spherical k-means on the pipeline's features (unit rows of U·Σ), seed 0."""
+    from lsd_dask.cluster import SphericalKMeans
+    from lsd_dask.pipeline.svd import svd_features
+
+    X = svd_features(np.asarray(U, np.float32), np.asarray(s))
+    return np.asarray(SphericalKMeans(k, random_state=0).fit(X).labels_)
+
+
+def _nmi(a: np.ndarray, b: np.ndarray) -> float:
+    from sklearn.metrics import normalized_mutual_info_score
+
+    return float(normalized_mutual_info_score(a, b))
+
+
+if __name__ == "__main__":
+    main()
