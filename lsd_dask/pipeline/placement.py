@@ -65,6 +65,9 @@ def task_bytes(n_vertices: int, timepoints: int, rank: int, preprocess: bool) ->
 
 #: seconds the memory check waits for a worker to register when none has
 WORKER_WAIT_S = 60
+#: the same for a LocalCluster of this process: its workers registered once as it started,
+#: so none now means that their nannies keep restarting them
+LOCAL_WORKER_WAIT_S = 20
 
 
 def check_worker_memory(
@@ -80,14 +83,30 @@ def check_worker_memory(
     pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
     terminate = dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0
     workers = client.scheduler_info(n_workers=-1)["workers"]
+    resident: dict[str, Any] = {}
     if not workers:
         # none registered yet, or each restarting after its nanny killed it (over its
         # limit at rest): the check needs one to look at
-        client.wait_for_workers(1, timeout=WORKER_WAIT_S)
-        workers = client.scheduler_info(n_workers=-1)["workers"]
-    # each worker's memory once it holds the code a task runs (a worker that dies loading
-    # it counts as full): the scheduler's figure predates those imports
-    resident = client.run(_resident_with_task_code, on_error="return")
+        local = _local_workers(client)
+        wait = LOCAL_WORKER_WAIT_S if local else WORKER_WAIT_S
+        try:
+            client.wait_for_workers(1, timeout=wait)
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        except TimeoutError:
+            if not local:
+                raise RuntimeError(
+                    f"no Dask worker joined the scheduler within {wait} s: start workers, or "
+                    "check their logs (a worker whose nanny keeps restarting it is over its "
+                    "memory limit)."
+                ) from None
+            # none stayed up: judge the local workers by their spec, each taken as full
+            # (its nanny kept killing it)
+            workers = local
+            resident = {name: MemoryError("restarted") for name in workers}
+    if not resident:
+        # each worker's memory once it holds the code a task runs (a worker that dies
+        # loading it counts as full): the scheduler's figure predates those imports
+        resident = client.run(_resident_with_task_code, on_error="return")
     for address, w in workers.items():
         limit = int(w.get("memory_limit") or 0)
         if limit == 0:
@@ -109,6 +128,28 @@ def check_worker_memory(
             f"{enough / mb:.0f} MB (memory_limit), or fewer threads per worker, or lower "
             "svd.rank."
         )
+
+
+def _local_workers(client: Any) -> dict[str, dict[str, Any]]:
+    """The workers of the client's LocalCluster, by name, with the memory limit and threads
+    of their spec (as the scheduler reports them once they join); empty for any other
+    cluster (an HPC cluster's workers may still be queued)."""
+    import logging
+
+    from distributed import LocalCluster
+    from distributed.worker_memory import parse_memory_limit
+
+    cluster = getattr(client, "cluster", None)
+    spec = cluster.worker_spec if isinstance(cluster, LocalCluster) else {}
+    out = {}
+    for name, w in spec.items():
+        options = w.get("options", {})
+        threads = int(options.get("nthreads") or 1)
+        limit = parse_memory_limit(
+            options.get("memory_limit", "auto"), threads, logger=logging.getLogger(__name__)
+        )
+        out[str(name)] = {"memory_limit": limit or 0, "nthreads": threads, "metrics": {}}
+    return out
 
 
 def _resident_with_task_code(dask_worker: Any) -> int:

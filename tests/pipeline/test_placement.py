@@ -98,3 +98,42 @@ def test_workers_below_one_tasks_memory_fail_in_one_line_before_ingest(tmp_path,
     assert "[ingest]" not in proc.stdout + proc.stderr
     assert not (tmp_path / "out" / "work" / "split1.zarr").exists()
     assert elapsed < 60
+
+
+def test_the_local_workers_spec_gives_the_limit_the_scheduler_reports():
+    """When no worker of a LocalCluster stays up long enough to register, the memory check
+    judges them by their spec: the limit and threads it reads from the spec are those the
+    scheduler reports once a worker of that spec has joined."""
+    from distributed import Client, LocalCluster
+
+    from lsd_dask.pipeline.placement import _local_workers
+
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, memory_limit="700MB", processes=False,
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        client.wait_for_workers(1, timeout=30)
+        [reported] = client.scheduler_info(n_workers=-1)["workers"].values()
+        [(name, spec)] = _local_workers(client).items()
+    assert name == str(reported["name"])
+    assert spec["memory_limit"] == reported["memory_limit"] == 700_000_000
+    assert spec["nthreads"] == reported["nthreads"] == 2
+
+
+def test_no_worker_at_all_fails_in_one_line(monkeypatch):
+    """A scheduler that no worker joins: one line naming the wait, not dask's timeout."""
+    from distributed import Client, LocalCluster
+
+    from lsd_dask.pipeline import placement
+
+    monkeypatch.setattr(placement, "WORKER_WAIT_S", 1)
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        pytest.raises(RuntimeError, match=r"no Dask worker joined the scheduler within 1 s") as err,
+    ):
+        placement.check_worker_memory(client, 1000, 100, 10, False)
+    assert "\n" not in str(err.value)
