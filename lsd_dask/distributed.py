@@ -9,7 +9,9 @@ that name whose keys are the cluster class's own: LocalCluster's arguments for `
 an ``address``, ``timeout`` and optional TLS ``security`` for ``remote``; dask-jobqueue's
 configuration names (``cores``, ``memory``, ``job-extra-directives``, ...; hyphens or
 underscores) for ``slurm`` and ``pbs``, plus ``n_workers``: the Dask workers to start, as
-dask-jobqueue counts them (``n_workers / processes`` jobs).
+dask-jobqueue counts them (``n_workers / processes`` jobs), and ``timeout``: the seconds the
+run waits for the first worker job to start (the jobs may queue; default
+:data:`JOB_START_TIMEOUT_S`).
 
 ``slurm-runner`` is dask-jobqueue's ``SLURMRunner``, for sites whose compute nodes cannot
 submit jobs: one ``sbatch`` job runs the same command in every task (``srun lsd-dask run
@@ -49,6 +51,7 @@ __all__ = [
     "CLUSTER_SETTINGS",
     "PAUSED_LIMIT_S",
     "PausedWorkers",
+    "JOB_START_TIMEOUT_S",
 ]
 
 #: environment variable read when no address or config is given
@@ -75,8 +78,8 @@ CLUSTER_SETTINGS: dict[str, frozenset[str]] = {
         }  # fmt: skip
     ),
     "remote": frozenset({"address", "timeout", "security"}),
-    "slurm": frozenset(_JOBQUEUE | {"job_cpu", "job_mem"}),
-    "pbs": frozenset(_JOBQUEUE | {"resource_spec"}),
+    "slurm": frozenset(_JOBQUEUE | {"job_cpu", "job_mem", "timeout"}),
+    "pbs": frozenset(_JOBQUEUE | {"resource_spec", "timeout"}),
     "slurm-runner": frozenset(
         {
             "scheduler_file", "interface", "nthreads", "memory_limit", "local_directory",
@@ -84,6 +87,9 @@ CLUSTER_SETTINGS: dict[str, frozenset[str]] = {
         }  # fmt: skip
     ),
 }
+#: seconds a ``slurm`` or ``pbs`` run waits for its first worker job when its config sets
+#: no ``timeout``: the jobs may wait in the queue
+JOB_START_TIMEOUT_S = 600.0
 #: SLURM's variables that place a task of a ``slurm-runner`` job
 SLURM_TASK_ENV = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID")
 
@@ -92,6 +98,8 @@ class ManagedClient(Client):
     """A Client that also closes the cluster it was started with."""
 
     _owned_cluster: Any = None
+    #: seconds to wait for a first worker when none has joined; None: the caller's default
+    worker_wait_s: float | None = None
 
     def close(self, *args: Any, **kwargs: Any) -> Any:
         out = super().close(*args, **kwargs)
@@ -426,9 +434,11 @@ def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
         except ImportError as err:  # pragma: no cover - dask-jobqueue is a dependency
             raise ImportError("HPC configs need dask-jobqueue: pip install dask-jobqueue") from err
         n_workers = int(section.pop("n_workers", section.pop("n-workers", 1)))
+        job_wait = float(section.pop("timeout", JOB_START_TIMEOUT_S))
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
         cluster = cls(**_underscored(section))
         cluster.scale(n=n_workers)  # workers, as dask-jobqueue's n_workers counts them
+        return _owning(cluster, worker_wait_s=job_wait)
     elif kind == "slurm-runner":
         if slurm_task_role(cfg) != "client":
             raise RuntimeError(
@@ -436,8 +446,7 @@ def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
                 "or worker (serve_slurm_task), not the client: only task 1 connects."
             )
         cluster = _slurm_runner(cfg)
-        client = ManagedClient(cluster)
-        client._owned_cluster = cluster
+        client = _owning(cluster)
         n_workers = int(os.environ["SLURM_NTASKS"]) - 2
         wait = float(section.get("timeout", 300))
         try:
@@ -452,8 +461,14 @@ def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
         return client
     else:
         raise ValueError(f"unknown cluster type {kind!r}.")
-    client = ManagedClient(cluster)
+    return _owning(cluster)
+
+
+def _owning(cluster: Any, worker_wait_s: float | None = None) -> ManagedClient:
+    """A client of ``cluster`` that closes it with itself."""
+    client = ManagedClient(cluster)  # type: ignore[no-untyped-call]
     client._owned_cluster = cluster
+    client.worker_wait_s = worker_wait_s
     return client
 
 

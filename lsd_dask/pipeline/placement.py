@@ -63,7 +63,8 @@ def task_bytes(n_vertices: int, timepoints: int, rank: int, preprocess: bool) ->
     }
 
 
-#: seconds the memory check waits for a worker to register when none has
+#: seconds the memory check waits for a worker to register when none has (unless the
+#: client carries its cluster config's wait: ``ManagedClient.worker_wait_s``)
 WORKER_WAIT_S = 60
 #: the same for a LocalCluster of this process: its workers registered once as it started,
 #: so none now means that their nannies keep restarting them
@@ -88,16 +89,22 @@ def check_worker_memory(
         # none registered yet, or each restarting after its nanny killed it (over its
         # limit at rest): the check needs one to look at
         local = _local_workers(client)
-        wait = LOCAL_WORKER_WAIT_S if local else WORKER_WAIT_S
+        # an HPC cluster's client carries its config's wait: its jobs may still be queued
+        configured = getattr(client, "worker_wait_s", None)
+        wait = configured if configured is not None else (
+            LOCAL_WORKER_WAIT_S if local else WORKER_WAIT_S
+        )
         try:
             client.wait_for_workers(1, timeout=wait)
             workers = client.scheduler_info(n_workers=-1)["workers"]
         except TimeoutError:
             if not local:
+                queued = " (the cluster config's timeout; are its jobs still queued?)"
                 raise RuntimeError(
-                    f"no Dask worker joined the scheduler within {wait} s: start workers, or "
-                    "check their logs (a worker whose nanny keeps restarting it is over its "
-                    "memory limit)."
+                    f"no Dask worker joined the scheduler within {wait:g} s"
+                    f"{queued if configured is not None else ''}: start workers, or check "
+                    "their logs (a worker whose nanny keeps restarting it is over its memory "
+                    "limit)."
                 ) from None
             # none stayed up: judge the local workers by their spec, each taken as full
             # (its nanny kept killing it)

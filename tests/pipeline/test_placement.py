@@ -137,3 +137,27 @@ def test_no_worker_at_all_fails_in_one_line(monkeypatch):
     ):
         placement.check_worker_memory(client, 1000, 100, 10, False)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["slurm", "pbs"])
+def test_an_hpc_cluster_waits_its_configured_timeout_for_a_first_job(kind, tmp_path):
+    """A ``slurm``/``pbs`` cluster's jobs may queue: the memory check waits as long as the
+    config's ``timeout`` for a first worker, then fails in one line that says so. The real
+    dask-jobqueue cluster is started, with no job submitted (no batch system is needed)."""
+    import time
+
+    from lsd_dask.distributed import JOB_START_TIMEOUT_S, connect
+    from lsd_dask.pipeline import placement
+
+    section = {"n_workers": 0, "cores": 1, "memory": "1GB", "interface": "lo"}
+    section["log-directory"] = str(tmp_path)
+    with connect({"type": kind, kind: section}, log=None) as client:
+        assert client.worker_wait_s == JOB_START_TIMEOUT_S > placement.WORKER_WAIT_S
+    section["timeout"] = 2
+    with connect({"type": kind, kind: section}, log=None) as client:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"within 2 s \(the cluster config's timeout") as err:
+            placement.check_worker_memory(client, 1000, 100, 10, False)
+        waited = time.monotonic() - start
+    assert "\n" not in str(err.value)
+    assert 2 <= waited < 30
