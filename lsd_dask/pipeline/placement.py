@@ -49,7 +49,8 @@ def features_on_workers(client: Any, nbytes: int) -> bool:
 #: tracemalloc on a 20,000 x 200 subject: 15.4 from GIFTI (nibabel's per-array decode and
 #: the stacked copy), 12.3 from CIFTI; the standardised float32 copy is in both
 INGEST_BYTES_PER_VALUE = 16
-#: the same with preprocessing (detrending, band-pass: nilearn's float64 copies), 29.9
+#: the same with preprocessing (detrending, band-pass: the float64 copy cleaned in place and
+#: nilearn's copies of one block of vertices), 25.9 from CIFTI
 PREPROCESS_BYTES_PER_VALUE = 32
 
 
@@ -91,8 +92,10 @@ def check_worker_memory(
         local = _local_workers(client)
         # an HPC cluster's client carries its config's wait: its jobs may still be queued
         configured = getattr(client, "worker_wait_s", None)
-        wait = configured if configured is not None else (
-            LOCAL_WORKER_WAIT_S if local else WORKER_WAIT_S
+        wait = (
+            configured
+            if configured is not None
+            else (LOCAL_WORKER_WAIT_S if local else WORKER_WAIT_S)
         )
         try:
             client.wait_for_workers(1, timeout=wait)

@@ -199,6 +199,8 @@ def read_confounds(
     return values.fillna(values.mean()).to_numpy(np.float64)
 
 
+#: vertices per call of nilearn's ``signal.clean`` (16 MB of float64 at 1,000 time points)
+CLEAN_BLOCK = 2048
 #: nilearn's ``load_confounds_strategy`` presets
 DENOISE_PRESETS = ("simple", "scrubbing", "compcor", "ica_aroma")
 
@@ -304,23 +306,36 @@ def clean_subject(
     """
     from ..surface import smooth_on_mesh
 
-    out = np.asarray(x, np.float64)
     if settings.temporal:
         from nilearn import signal
 
+        out = np.array(x, np.float64)  # its own: cleaned in place, block by block
         if settings.band_pass and t_r is None:
             raise ValueError("a band-pass needs the repetition time: set preprocess.t_r.")
-        out = signal.clean(
-            out.T,
-            detrend=settings.detrend,
-            standardize=None,
-            confounds=confounds,
-            sample_mask=sample_mask,
-            filter="butterworth" if settings.band_pass else False,
-            low_pass=settings.low_pass,
-            high_pass=settings.high_pass,
-            t_r=t_r,
-        ).T
+        kept_t = out.shape[1]
+        # vertices a block at a time, each block in one call: clean treats every vertex
+        # alone, and nilearn's in-place default filters vertex by vertex (20,000 scipy
+        # calls for a 20,000-vertex subject: 14 s, against 1 s in blocks), while one call
+        # for all would hold several more float64 copies of the subject
+        for start in range(0, out.shape[0], CLEAN_BLOCK):
+            rows = slice(start, start + CLEAN_BLOCK)
+            cleaned = signal.clean(
+                out[rows].T,
+                detrend=settings.detrend,
+                standardize=None,
+                confounds=confounds,
+                sample_mask=sample_mask,
+                filter="butterworth" if settings.band_pass else False,
+                low_pass=settings.low_pass,
+                high_pass=settings.high_pass,
+                t_r=t_r,
+                butterworth__copy=True,
+            )
+            kept_t = cleaned.shape[0]  # fewer with a sample mask
+            out[rows, :kept_t] = cleaned.T
+        out = out[:, :kept_t]
+    else:
+        out = np.asarray(x, np.float64)
     if smoothing is not None and smoothing[0] > 0:
         out = smooth_on_mesh(out, smoothing[1], n_iter=smoothing[0])
     return out

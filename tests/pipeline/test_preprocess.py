@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.signal
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lsd_dask.io.surface_files import (
     SubjectFiles,
@@ -38,6 +40,37 @@ def test_band_pass_keeps_the_band_and_removes_the_rest():
     assert np.std(out[1, mid]) < 0.02 * np.std(x[1])
     with pytest.raises(ValueError, match="repetition time"):
         clean_subject(x, _settings(low_pass=0.1))
+
+
+@settings(max_examples=15, deadline=None)
+@given(block=st.integers(1, 40), scrub=st.booleans())
+def test_cleaning_in_blocks_equals_nilearns_one_call(block, scrub):
+    """Vertices cleaned a block at a time (any block size, the last one short) equal
+    nilearn's ``signal.clean`` of the whole subject in one call: detrend, band-pass,
+    confounds and scrubbing together. The caller's float64 array is left as it was."""
+    from nilearn import signal
+
+    import lsd_dask.pipeline.preprocess as pre
+
+    rng = np.random.default_rng(block)
+    T, t_r = 120, 2.0
+    x = rng.standard_normal((33, T)) + np.linspace(0, 5, T)
+    c = rng.standard_normal((T, 2))
+    keep = np.delete(np.arange(T), [10, 11, 50]) if scrub else None
+    given = x.copy()
+    options = {"detrend": True, "high_pass": 0.01, "low_pass": 0.2, "t_r": t_r}
+    options |= {"confounds": "c/{subject}.tsv", "confound_columns": ["a", "b"]}
+    old, pre.CLEAN_BLOCK = pre.CLEAN_BLOCK, block
+    try:
+        out = clean_subject(x, _settings(**options), t_r=t_r, confounds=c, sample_mask=keep)
+    finally:
+        pre.CLEAN_BLOCK = old
+    want = signal.clean(
+        x.T, detrend=True, standardize=None, confounds=c, sample_mask=keep,
+        filter="butterworth", low_pass=0.2, high_pass=0.01, t_r=t_r,
+    ).T  # fmt: skip
+    np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(x, given)
 
 
 def test_detrend_matches_scipy():
