@@ -134,12 +134,18 @@ class VertexPairs:
     distances : ndarray of float64
         In the mesh's units (mm).
     max_dist : float
+    groups : ndarray of int64 or None
+        Offsets ``0 = g_0 < ... < g_m = len(pairs)``: the pairs ``g_i:g_i+1`` start at the
+        sources of one compact patch of the mesh (:func:`geodesic_pairs` finds them so),
+        which lets :func:`pair_correlations` go patch by patch without sorting them. None:
+        no such order.
     """
 
     rows: np.ndarray
     cols: np.ndarray
     distances: np.ndarray
     max_dist: float
+    groups: np.ndarray | None = field(default=None, repr=False, compare=False)
     _bins: dict[float, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -222,6 +228,7 @@ def geodesic_pairs(
         np.concatenate(cols).astype(np.int32),
         np.concatenate(dists),
         float(max_dist),
+        groups=np.cumsum([0, *(r.size for r in rows)]),
     )
 
 
@@ -260,35 +267,47 @@ class DCBCResult:
     weights: np.ndarray = field(repr=False)
 
 
-def pair_correlations(Z: Array, pairs: VertexPairs, *, block: int = 512) -> np.ndarray:
+def pair_correlations(Z: Array, pairs: VertexPairs, *, block: int | None = None) -> np.ndarray:
     """``z_i · z_j`` for every pair (float64).
 
-    The vertices are cut into compact cells of about ``block`` vertices (graph Voronoi
-    cells of random seeds on the mesh: a file's own numbering may scatter neighbours, as
-    32k_fs_LR's does); per cell, one GEMM of its rows against the rows they pair with,
-    then the pairs are read off it. A cell whose partners span over 16 times its size is
-    done pair by pair, a bounded chunk at a time. A dask Z is computed: it is the n × d
-    features the cluster stage holds anyway.
+    The pairs go by compact patches of the mesh; per patch, one GEMM of its rows against
+    the rows they pair with, then the pairs are read off it. The patches are the pairs'
+    own ``groups`` (:func:`geodesic_pairs`' batches of nearby sources) when they have
+    them and ``block`` is None; otherwise graph Voronoi cells of random seeds on the mesh
+    of about ``block`` vertices (512 when None), the pairs sorted by them (a file's own
+    numbering may scatter neighbours, as 32k_fs_LR's does). A patch whose partners span
+    over 16 times its size is done pair by pair, a bounded chunk at a time. A dask Z is
+    computed: it is the n × d features the cluster stage holds anyway.
     """
     data = to_numpy(Z) if is_dask(Z) else np.asarray(Z)
-    cell = _cells(pairs, data.shape[0], block)[pairs.rows]
-    order = np.argsort(cell, kind="stable")
-    rows, cols = pairs.rows[order], pairs.cols[order]
+    n = data.shape[0]
+    order: np.ndarray | None = None
+    if pairs.groups is not None and block is None:
+        rows, cols = pairs.rows, pairs.cols
+        bounds = np.asarray(pairs.groups, np.int64)
+        size = int(np.max(np.diff(bounds), initial=0))
+    else:
+        size = 512 if block is None else int(block)
+        cell = _cells(pairs, n, size)[pairs.rows]
+        order = np.argsort(cell, kind="stable")
+        rows, cols = pairs.rows[order], pairs.cols[order]
+        cuts = np.flatnonzero(np.diff(cell[order])) + 1
+        bounds = np.concatenate([[0], cuts, [len(pairs)]])
     out = np.empty(len(pairs), np.float64)
-    sorted_cells = cell[order]
-    bounds = np.flatnonzero(np.diff(sorted_cells)) + 1
-    for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(pairs)], strict=True):
+    scratch = (np.zeros(n, bool), np.empty(n, np.int64))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         if a == b:
             continue
-        r_ids, r_at = np.unique(rows[a:b], return_inverse=True)
-        c_ids, c_at = np.unique(cols[a:b], return_inverse=True)
-        if c_ids.size <= 16 * max(r_ids.size, block):
+        r_ids, r_at = _local_ids(rows[a:b], *scratch)
+        c_ids, c_at = _local_ids(cols[a:b], *scratch)
+        if c_ids.size <= 16 * max(r_ids.size, min(size, 512)):
             G = data[r_ids] @ data[c_ids].T
-            out[order[a:b]] = G[r_at, c_at]
+            out[slice(a, b) if order is None else order[a:b]] = G[r_at, c_at]
             continue
-        for c in range(a, b, 16 * block):  # partners spread: pair by pair, memory bounded
-            e = min(c + 16 * block, b)
-            out[order[c:e]] = np.einsum(
+        step = 16 * 512
+        for c in range(a, b, step):  # partners spread: pair by pair, memory bounded
+            e = min(c + step, b)
+            out[slice(c, e) if order is None else order[c:e]] = np.einsum(
                 "ij,ij->i", data[rows[c:e]], data[cols[c:e]], dtype=np.float64
             )
     return out
@@ -690,6 +709,19 @@ def _cells(pairs: VertexPairs, n: int, size: int) -> np.ndarray:
         graph, directed=False, indices=seeds, min_only=True, return_predecessors=True
     )
     return np.asarray(source, np.int64)
+
+
+def _local_ids(
+    values: np.ndarray, mark: np.ndarray, lut: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for vertex ids below ``mark.size``,
+    without sorting: ``mark`` (all False) and ``lut`` are scratch of that size, and
+    ``mark`` is all False again after."""
+    mark[values] = True
+    ids = np.flatnonzero(mark)
+    mark[ids] = False
+    lut[ids] = np.arange(ids.size)
+    return ids, lut[values]
 
 
 def _touching(lab: np.ndarray, adjacency: sp.spmatrix, n_parcels: int) -> sp.csr_matrix:

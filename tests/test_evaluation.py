@@ -209,14 +209,20 @@ def test_a_planted_truth_beats_every_spin_of_itself_on_every_measure():
         assert res["null_mean"] == pytest.approx(np.mean(nulls))
 
 
-def test_pair_correlations_by_blocks_and_pair_by_pair_agree():
-    """The block product (local numbering) and the pair-by-pair path (numbering spread
-    over the surface) give every pair's dot product."""
+@pytest.mark.parametrize("batch", [16, 512])
+def test_pair_correlations_by_blocks_and_pair_by_pair_agree(batch):
+    """The product per patch of the geodesic search's own batches, per Voronoi cell
+    (local numbering), and pair by pair (numbering spread over the surface) give every
+    pair's dot product."""
     V, A = _mesh(10)
-    pairs = ev.geodesic_pairs(V, A, max_dist=20.0)
+    pairs = ev.geodesic_pairs(V, A, max_dist=20.0, batch=batch)
+    groups = pairs.groups
+    assert groups is not None and groups[0] == 0 and groups[-1] == len(pairs)
+    assert np.all(np.diff(groups) >= 0) and groups.size - 1 >= V.shape[0] // batch
     rng = np.random.default_rng(0)
     Z = rng.standard_normal((V.shape[0], 7))
     direct = np.einsum("ij,ij->i", Z[pairs.rows], Z[pairs.cols])
+    np.testing.assert_allclose(ev.pair_correlations(Z, pairs), direct, rtol=1e-12)
     np.testing.assert_allclose(ev.pair_correlations(Z, pairs, block=32), direct, rtol=1e-12)
     perm = rng.permutation(V.shape[0])  # vertex v renumbered perm[v]
     spread = ev.VertexPairs(perm[pairs.rows], perm[pairs.cols], pairs.distances, 20.0)
