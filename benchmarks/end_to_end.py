@@ -69,7 +69,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--study", type=Path, required=True)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--methods", nargs="+", default=["directional", "spherical_kmeans"])
+    ap.add_argument("--methods", nargs="+", default=["directional", "spherical_kmeans"],
+                    help="method names, or `default`: the pipeline's default method (its "
+                    "spatial options included)")  # fmt: skip
     ap.add_argument("--ks", type=int, nargs="+", default=[50, 100, 200, 300, 400])
     ap.add_argument("--memory-limit", default="4GB", help="per worker")
     ap.add_argument("--cold", action="store_true", help="drop the page cache first (root)")
@@ -116,6 +118,8 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     out = args.study / f"e2e-{n_workers}w"
     subprocess.run(["rm", "-rf", str(out)], check=True)
     raw.update(output=out.name, ks=list(args.ks), methods=list(args.methods))
+    if args.methods == ["default"]:
+        del raw["methods"]  # a file without methods runs the pipeline's default
     path = args.study / f"e2e-{n_workers}w.yaml"
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)

@@ -22,6 +22,7 @@ import scipy.sparse as sp
 import scipy.sparse.csgraph  # noqa: F401 - sp.csgraph
 
 __all__ = [
+    "POTTS_TOL",
     "check_connectivity",
     "component_moves",
     "greedy_colouring",
@@ -29,6 +30,12 @@ __all__ = [
     "potts_cost",
     "potts_phase",
 ]
+
+
+#: the share of the samples whose labels a round of the Potts phase may change and still
+#: end it: at full size (59,784 vertices, K = 300) the first round moves about 2,800 and
+#: the last ten of sixteen between 10 and 0 each, a full assignment product apiece
+POTTS_TOL = 1e-3
 
 
 def potts_phase(
@@ -40,6 +47,7 @@ def potts_phase(
     *,
     sweeps: int,
     max_iter: int,
+    tol: float = POTTS_TOL,
 ) -> tuple[np.ndarray, list[float], int]:
     """Alternate ICM on the current scores and a refit of the centres to the new labels.
 
@@ -59,7 +67,10 @@ def potts_phase(
         The plain iterations' labels: where ICM starts.
     adjacency, beta, sweeps : as for :func:`icm`
     max_iter : int
-        ICM + refit rounds at most; stops early when ICM moves nothing.
+        ICM + refit rounds at most.
+    tol : float, default=POTTS_TOL
+        Stop after the round (its refit included) whose moves change at most this share
+        of the labels; 0 stops only when a round moves nothing.
 
     Returns
     -------
@@ -78,11 +89,13 @@ def potts_phase(
         new = icm(S, labels, A, beta, sweeps=sweeps, colours=colours)
         new = component_moves(S, new, A, beta)
         history.append(potts_cost(S, new, A, beta))
-        same = np.array_equal(new, labels)
+        moved = int(np.count_nonzero(new != labels))
         labels = new
-        if same:
+        if moved == 0:
             break
         refit(labels)
+        if moved <= tol * labels.size:
+            break
     return labels, history, n_iter
 
 

@@ -92,7 +92,9 @@ class DirectionalClustering(ClusterBase):
     connectivity : sparse matrix of shape (n_samples, n_samples), optional
         The mesh adjacency of the samples; needed when ``spatial_weight > 0``.
     icm_sweeps : int, default=2
-        ICM sweeps per assignment step; the spatial phase runs at most ``max_iter`` rounds.
+        ICM sweeps per assignment step; the spatial phase runs at most ``max_iter`` rounds,
+        and stops after a round that changes at most
+        :data:`~lsd_dask.cluster._spatial.POTTS_TOL` of the labels.
     random_state : int, Generator or None
 
     Notes

@@ -273,7 +273,8 @@ class SphericalKMeans(_Lloyd):
         The mesh adjacency of the samples; needed when ``spatial_weight > 0``.
     icm_sweeps : int, default=2
         ICM sweeps per assignment step. The spatial phase runs at most ``max_iter``
-        ICM + centre rounds, after the plain iterations.
+        ICM + centre rounds, after the plain iterations, and stops after a round that
+        changes at most :data:`~lsd_dask.cluster._spatial.POTTS_TOL` of the labels.
     random_state : int, Generator or None
 
     Attributes

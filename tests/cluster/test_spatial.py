@@ -135,3 +135,43 @@ def test_directional_spatial_term_follows_contiguous_parcels():
         DirectionalClustering(8, spatial_weight=0.3).fit(X)
     with pytest.raises(ValueError, match="connectivity has shape"):
         DirectionalClustering(8, spatial_weight=0.3, connectivity=A[:10, :10]).fit(X)
+
+
+@pytest.mark.parametrize("tol", [0.0, 0.01, 0.05])
+def test_the_potts_phase_stops_once_a_round_moves_few_labels(tol):
+    """Each round's ICM and region moves change some labels; the phase stops after the
+    first round that changes at most ``tol`` of them (0: none), the centres refitted to
+    the labels it returns."""
+    from lsd_dask.cluster._spatial import potts_phase
+
+    X, _ = _noisy_parcels(3, noise=3.0)
+    X = unit(X)
+    lab0 = SphericalKMeans(8, random_state=0).fit(X).labels_
+    state = {"C": None, "fitted_to": None}
+
+    def refit(lab):
+        C = np.stack([X[lab == c].sum(0) for c in range(8)])
+        state["C"], state["fitted_to"] = unit(C), lab.copy()
+
+    refit(lab0)
+    current, entering = {"lab": lab0}, []
+
+    def scores():
+        entering.append(current["lab"])  # the labels this round starts from
+        return X @ state["C"].T
+
+    def tracked(lab):
+        current["lab"] = lab.copy()
+        refit(lab)
+
+    labels, history, n_iter = potts_phase(
+        scores, tracked, lab0, A, 0.3, sweeps=2, max_iter=100, tol=tol
+    )
+    ends = [*entering[1:], labels]
+    moves = [int(np.count_nonzero(e != s)) for s, e in zip(entering, ends, strict=True)]
+    n = X.shape[0]
+    assert len(moves) == n_iter == len(history) and n_iter < 100
+    assert moves[-1] <= tol * n
+    assert all(m > tol * n for m in moves[:-1])
+    np.testing.assert_array_equal(state["fitted_to"], labels)
+    assert np.all(np.diff(history) <= 1e-9 * np.abs(history).max())
