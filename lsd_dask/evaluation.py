@@ -281,13 +281,12 @@ def pair_correlations(Z: Array, pairs: VertexPairs, *, block: int | None = None)
     """
     data = to_numpy(Z) if is_dask(Z) else np.asarray(Z)
     n = data.shape[0]
+    size = 512 if block is None else int(block)
     order: np.ndarray | None = None
     if pairs.groups is not None and block is None:
         rows, cols = pairs.rows, pairs.cols
         bounds = np.asarray(pairs.groups, np.int64)
-        size = int(np.max(np.diff(bounds), initial=0))
     else:
-        size = 512 if block is None else int(block)
         cell = _cells(pairs, n, size)[pairs.rows]
         order = np.argsort(cell, kind="stable")
         rows, cols = pairs.rows[order], pairs.cols[order]
@@ -300,7 +299,7 @@ def pair_correlations(Z: Array, pairs: VertexPairs, *, block: int | None = None)
             continue
         r_ids, r_at = _local_ids(rows[a:b], *scratch)
         c_ids, c_at = _local_ids(cols[a:b], *scratch)
-        if c_ids.size <= 16 * max(r_ids.size, min(size, 512)):
+        if c_ids.size <= 16 * max(r_ids.size, size):
             G = data[r_ids] @ data[c_ids].T
             out[slice(a, b) if order is None else order[a:b]] = G[r_at, c_at]
             continue

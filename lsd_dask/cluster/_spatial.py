@@ -33,8 +33,9 @@ __all__ = [
 
 
 #: the share of the samples whose labels a round of the Potts phase may change and still
-#: end it: at full size (59,784 vertices, K = 300) the first round moves about 2,800 and
-#: the last ten of sixteen between 10 and 0 each, a full assignment product apiece
+#: end it: at full size (59,784 vertices, 300 clusters) the first round moves about 2,800
+#: labels and the last ten of sixteen 21 or fewer each, a full product with the centres
+#: apiece
 POTTS_TOL = 1e-3
 
 

@@ -442,8 +442,11 @@ def _potts(
         D = state["D"]
         dn2 = np.sum(D * D, axis=1)
         (P,) = compute(_times(X, D.T))
-        P = np.maximum(np.asarray(P, np.float64), 0.0)
-        return P * P / np.where(dn2 > 0, dn2, np.inf)
+        # in place on one float64 copy: n × K float64 is 0.57 GB at 59,784 × 1,200
+        P = np.array(P, np.float64)
+        np.maximum(P, 0.0, out=P)
+        np.multiply(P, P, out=P)
+        return np.divide(P, np.where(dn2 > 0, dn2, np.inf), out=P)
 
     def refit(labels: np.ndarray) -> None:
         D = state["D"]

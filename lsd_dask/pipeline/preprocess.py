@@ -308,6 +308,7 @@ def clean_subject(
 
     if settings.temporal:
         from nilearn import signal
+        from threadpoolctl import threadpool_limits
 
         out = np.array(x, np.float64)  # its own: cleaned in place, block by block
         if settings.band_pass and t_r is None:
@@ -316,23 +317,26 @@ def clean_subject(
         # vertices a block at a time, each block in one call: clean treats every vertex
         # alone, and nilearn's in-place default filters vertex by vertex (20,000 scipy
         # calls for a 20,000-vertex subject: 14 s, against 1 s in blocks), while one call
-        # for all would hold several more float64 copies of the subject
-        for start in range(0, out.shape[0], CLEAN_BLOCK):
-            rows = slice(start, start + CLEAN_BLOCK)
-            cleaned = signal.clean(
-                out[rows].T,
-                detrend=settings.detrend,
-                standardize=None,
-                confounds=confounds,
-                sample_mask=sample_mask,
-                filter="butterworth" if settings.band_pass else False,
-                low_pass=settings.low_pass,
-                high_pass=settings.high_pass,
-                t_r=t_r,
-                butterworth__copy=True,
-            )
-            kept_t = cleaned.shape[0]  # fewer with a sample mask
-            out[rows, :kept_t] = cleaned.T
+        # for all would hold several more float64 copies of the subject. One BLAS thread:
+        # the confound regression's last bits change with the thread count, and a subject
+        # must come out the same on a Dask worker (one thread) as in this process
+        with threadpool_limits(1):
+            for start in range(0, out.shape[0], CLEAN_BLOCK):
+                rows = slice(start, start + CLEAN_BLOCK)
+                cleaned = signal.clean(
+                    out[rows].T,
+                    detrend=settings.detrend,
+                    standardize=None,
+                    confounds=confounds,
+                    sample_mask=sample_mask,
+                    filter="butterworth" if settings.band_pass else False,
+                    low_pass=settings.low_pass,
+                    high_pass=settings.high_pass,
+                    t_r=t_r,
+                    butterworth__copy=True,
+                )
+                kept_t = cleaned.shape[0]  # fewer with a sample mask
+                out[rows, :kept_t] = cleaned.T
         out = out[:, :kept_t]
     else:
         out = np.asarray(x, np.float64)
