@@ -446,7 +446,8 @@ def _potts(
         P = np.array(P, np.float64)
         np.maximum(P, 0.0, out=P)
         np.multiply(P, P, out=P)
-        return np.divide(P, np.where(dn2 > 0, dn2, np.inf), out=P)
+        np.divide(P, np.where(dn2 > 0, dn2, np.inf), out=P)
+        return P
 
     def refit(labels: np.ndarray) -> None:
         D = state["D"]
