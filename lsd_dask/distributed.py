@@ -105,7 +105,7 @@ class ManagedClient(Client):
         out = super().close(*args, **kwargs)
         cluster, self._owned_cluster = self._owned_cluster, None
         if cluster is not None:
-            cluster.close()
+            _close_cluster(cluster)
         return out
 
 
@@ -462,6 +462,62 @@ def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
     else:
         raise ValueError(f"unknown cluster type {kind!r}.")
     return _owning(cluster)
+
+
+#: seconds a cluster started here gets to close before its worker processes are killed
+CLUSTER_CLOSE_S = 20.0
+
+
+def _close_cluster(cluster: Any, timeout: float = CLUSTER_CLOSE_S) -> None:
+    """Close a cluster started here, in bounded time.
+
+    A LocalCluster's nannies first stop their memory monitors: a nanny that is restarting a
+    worker killed for its memory when the close arrives can wait forever for that worker
+    to start (distributed 2026.7), and a worker over its limit at rest is restarted about
+    once a second. Whatever still runs after ``timeout`` seconds is killed.
+    """
+    nannies = [w for w in getattr(cluster, "workers", {}).values() if hasattr(w, "process")]
+    if isinstance(cluster, LocalCluster) and nannies:
+
+        async def _stop_monitors() -> None:
+            for nanny in nannies:
+                monitor = getattr(nanny, "periodic_callbacks", {}).get("memory_monitor")
+                if monitor is not None:
+                    monitor.stop()
+
+        try:
+            cluster.sync(_stop_monitors)
+        except Exception:  # noqa: BLE001 - a closing loop: the close below still runs
+            pass
+    try:
+        cluster.close(timeout=timeout)
+    except TimeoutError:
+        pids = [_worker_pid(nanny) for nanny in nannies]
+        logging.getLogger(__name__).warning(
+            "the cluster did not close within %g s; killing its %d worker process(es)",
+            timeout, sum(p is not None for p in pids),
+        )  # fmt: skip
+        _kill_pids([p for p in pids if p is not None])
+        # distributed's exit hook would wait on the same close again
+        cluster.shutdown_on_close = False
+
+
+def _worker_pid(nanny: Any) -> int | None:
+    """The pid of a nanny's worker process, if it has one."""
+    process = getattr(getattr(nanny, "process", None), "process", None)
+    pid = getattr(process, "pid", None)
+    return int(pid) if pid is not None else None
+
+
+def _kill_pids(pids: list[int]) -> None:
+    """SIGKILL these processes; those gone already are skipped."""
+    import psutil
+
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            continue
 
 
 def _owning(cluster: Any, worker_wait_s: float | None = None) -> ManagedClient:

@@ -141,6 +141,42 @@ def test_local_config_starts_and_closes_cluster():
     assert cluster.status.name in ("closed", "closing")
 
 
+class _SlowToClose:
+    """A scheduler plugin whose close never ends: a cluster whose close hangs, as
+    distributed's can when a nanny is restarting a worker killed for its memory."""
+
+    name = "slow-to-close"
+
+    async def close(self):
+        import asyncio
+
+        await asyncio.sleep(3600)
+
+
+def test_a_cluster_whose_close_hangs_is_left_in_bounded_time(caplog):
+    """A run's own cluster is closed in bounded time: past the timeout, the client's close
+    returns with a warning (and kills any worker process left) instead of hanging."""
+    from distributed import Client, LocalCluster
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from lsd_dask.distributed import _close_cluster
+
+    plugin = type("SlowToClose", (_SlowToClose, SchedulerPlugin), {})()
+    cluster = LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+        dashboard_address=None,
+    )  # fmt: skip
+    cluster.scheduler.add_plugin(plugin)
+    with Client(cluster) as client:
+        client.wait_for_workers(1, timeout=30)
+    start = time.monotonic()
+    with caplog.at_level("WARNING", logger="lsd_dask.distributed"):
+        _close_cluster(cluster, timeout=2)
+    assert time.monotonic() - start < 15
+    assert "the cluster did not close within 2 s" in caplog.text
+    assert not any(w.process and w.process.is_alive() for w in cluster.workers.values())
+
+
 def test_a_local_cluster_of_threads_starts(tmp_path):
     """``processes: false`` (workers as threads of this process) starts: no loopback host
     is forced on its inproc:// transport."""

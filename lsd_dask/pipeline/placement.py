@@ -91,23 +91,21 @@ def check_worker_memory(
         # limit at rest): the check needs one to look at
         local = _local_workers(client)
         # an HPC cluster's client carries its config's wait: its jobs may still be queued
-        configured = getattr(client, "worker_wait_s", None)
-        wait = (
-            configured
-            if configured is not None
-            else (LOCAL_WORKER_WAIT_S if local else WORKER_WAIT_S)
-        )
+        wait = getattr(client, "worker_wait_s", None)
+        queued = ""
+        if wait is None:
+            wait = LOCAL_WORKER_WAIT_S if local else WORKER_WAIT_S
+        else:
+            queued = " (the cluster config's timeout; are its jobs still queued?)"
         try:
             client.wait_for_workers(1, timeout=wait)
             workers = client.scheduler_info(n_workers=-1)["workers"]
         except TimeoutError:
             if not local:
-                queued = " (the cluster config's timeout; are its jobs still queued?)"
                 raise RuntimeError(
-                    f"no Dask worker joined the scheduler within {wait:g} s"
-                    f"{queued if configured is not None else ''}: start workers, or check "
-                    "their logs (a worker whose nanny keeps restarting it is over its memory "
-                    "limit)."
+                    f"no Dask worker joined the scheduler within {wait:g} s{queued}: "
+                    "start workers, or check their logs (a worker whose nanny keeps "
+                    "restarting it is over its memory limit)."
                 ) from None
             # none stayed up: judge the local workers by their spec, each taken as full
             # (its nanny kept killing it)
