@@ -5,9 +5,11 @@ On one split store of a finished run (its ``work`` folder), each ``q:p`` of ``--
 runs the pipeline's SVD call (``randomized_svd`` on the store's column blocks, at the
 run's rank, ``q`` power iterations, ``p`` oversamples, seed 0) on a LocalCluster of 2
 single-threaded workers, and is compared with ``--reference`` (``4:10`` by default: 6
-reads of X):
+reads of X). ``q:p:r`` runs without the final pass (``final_pass=False``: the last power
+iteration's row basis stands in for it).
 
-- seconds, reads of X (``q + 2``) and GEMM work (``(2 q + 2) · 2 n m (k + p)``);
+- seconds, reads of X (``q + 2``; ``q + 1`` without the final pass) and GEMM work
+  (``(2 q + 2) · 2 n m (k + p)``; ``(2 q + 1) · …``);
 - singular values: largest relative error of the top 10 and of all k;
 - subspace capture: mean and 10th percentile of the cosines of the principal angles
   between the k-dimensional subspaces (the last few directions of a flat spectrum are
@@ -16,7 +18,8 @@ reads of X):
 - features: the relative Frobenius error of the vertex-by-vertex Gram ``U S² Uᵀ`` (what
   the clustering's distances are made of), from k × k products only;
 - labels: spherical k-means at ``--k`` on the unit rows of ``U S`` (the pipeline's
-  features), NMI against the reference's labels and against the study's ``truth.npy``.
+  features), NMI (geometric, :func:`lsd_dask.metrics.nmi`) against the reference's
+  labels and against the study's ``truth.npy``.
 
 Run: ``python -m benchmarks.power_iterations --work /work/full/study/e2e-2w/work
 --truth /work/full/study/truth.npy``. Prints a Markdown table. ``--reuse`` takes the
@@ -61,7 +64,7 @@ def main() -> None:
     n, m = store.data.shape
     print(f"<!-- {args.split}: {n} x {m}, rank {rank} -->", flush=True)
     configs = [_config(r) for r in [args.reference, *args.runs]]
-    runs: dict[tuple[int, int], dict[str, object]] = {}
+    runs: dict[tuple[int, int, bool], dict[str, object]] = {}
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, memory_limit=args.memory_limit,
@@ -86,19 +89,21 @@ def main() -> None:
         f"reference (K = {args.k}) | NMI vs truth |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for q, p in sorted(runs):
-        r = runs[q, p]
+    for q, p, final in sorted(runs):
+        r = runs[q, p, final]
         U, s = np.asarray(r["U"]), np.asarray(r["s"])
         Ur, sr = np.asarray(ref["U"]), np.asarray(ref["s"])
         err = np.abs(s - sr) / sr
         cos = np.linalg.svd(Ur.T.astype(np.float64) @ U.astype(np.float64), compute_uv=False)
-        labels = ref_labels if (q, p) == configs[0] else _labels(U, s, args.k)
+        labels = ref_labels if (q, p, final) == configs[0] else _labels(U, s, args.k)
         nmi_ref = _nmi(labels, ref_labels)
         nmi_truth = f"{_nmi(labels, truth):.4f}" if truth is not None else "–"
-        name = f"{q} (reference)" if (q, p) == configs[0] else str(q)
-        tflop = (2 * q + 2) * 2 * n * m * (rank + p) / 1e12
+        name = f"{q} (reference)" if (q, p, final) == configs[0] else str(q)
+        name += "" if final else " (no final pass)"
+        reads = q + 2 if final else q + 1
+        tflop = (2 * q + (2 if final else 1)) * 2 * n * m * (rank + p) / 1e12
         print(
-            f"| {name} | {p} | {q + 2} | {tflop:.1f} | {r['seconds']:.1f} | {err[:10].max():.1e} / "
+            f"| {name} | {p} | {reads} | {tflop:.1f} | {r['seconds']:.1f} | {err[:10].max():.1e} / "
             f"{err.max():.1e} | {cos.mean():.4f} / {np.percentile(cos, 10):.4f} | "
             f"{(s.astype(np.float64) ** 2).sum() / (sr.astype(np.float64) ** 2).sum():.5f} | "
             f"{_gram_error(U, s, Ur, sr):.1e} | {nmi_ref:.4f} | {nmi_truth} |",
@@ -106,20 +111,25 @@ def main() -> None:
         )
 
 
-def _config(text: str) -> tuple[int, int]:
-    q, p = text.split(":")
-    return int(q), int(p)
+def _config(text: str) -> tuple[int, int, bool]:
+    """``q:p`` (with the final pass) or ``q:p:r`` (without it)."""
+    q, p, *rest = text.split(":")
+    if rest not in ([], ["r"]):
+        raise ValueError(f"a run is q:p or q:p:r, got {text!r}.")
+    return int(q), int(p), not rest
 
 
 def _svd(
-    store: object, rank: int, qp: tuple[int, int], out: Path, reuse: bool
+    store: object, rank: int, qpf: tuple[int, int, bool], out: Path, reuse: bool
 ) -> dict[str, object]:
-    """The pipeline's call at ``q`` power iterations and ``p`` oversamples, timed; U, s
-    and the seconds saved under ``out`` (and read back from there with ``reuse``)."""
+    """The pipeline's call at ``q`` power iterations and ``p`` oversamples (with or without
+    the final pass), timed; U, s and the seconds saved under ``out`` (and read back from
+    there with ``reuse``)."""
     from lsd_dask.linalg import randomized_svd
 
-    q, p = qp
-    files = [out / f"{name}_q{q}_p{p}.npy" for name in ("U", "s", "seconds")]
+    q, p, final = qpf
+    tag = "" if final else "_r"
+    files = [out / f"{name}_q{q}_p{p}{tag}.npy" for name in ("U", "s", "seconds")]
     if reuse and all(f.exists() for f in files):
         U, s, sec = (np.load(f) for f in files)
         return {"U": U, "s": s, "seconds": float(sec)}
@@ -130,6 +140,7 @@ def _svd(
         n_power_iter=q,
         n_oversamples=p,
         random_state=0,
+        final_pass=final,
     )
     U = np.asarray(U.compute() if hasattr(U, "compute") else U, np.float32)
     seconds = time.perf_counter() - t0
@@ -156,9 +167,10 @@ def _labels(U: object, s: object, k: int) -> np.ndarray:
 
 
 def _nmi(a: np.ndarray, b: np.ndarray) -> float:
-    from sklearn.metrics import normalized_mutual_info_score
+    """The package's NMI (geometric normalisation), as the pipeline's scores report it."""
+    from lsd_dask.metrics import nmi
 
-    return float(normalized_mutual_info_score(a, b))
+    return float(nmi(a, b))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import dask.array as da
 import numpy as np
 import scipy.linalg as sla
 from dask.base import compute as dask_compute
+from dask.base import persist as dask_persist
 from dask.delayed import delayed
 
 from .._validation import (
@@ -57,6 +58,7 @@ def randomized_svd(
     random_state: RandomState = None,
     persist: bool = True,
     fuse_passes: bool = True,
+    final_pass: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Any, np.ndarray, np.ndarray]:
     """Rank-k SVD ``X ≈ U diag(s) Vt`` by randomized subspace iteration.
@@ -67,7 +69,10 @@ def randomized_svd(
     contributes ``X_j (X_jᵀ Q)`` from a single read, so X is read ``n_power_iter + 2``
     times; without it, Xᵀ Q and X (·) are separate passes with a QR between them
     (Halko's Algorithm 4.4, ``2 n_power_iter + 2`` reads). Both do the same
-    ``2 n_power_iter + 2`` products with X.
+    ``2 n_power_iter + 2`` products with X. Without ``final_pass``, the last power
+    iteration's ``Z = Xᵀ Q`` also gives the row basis ``P = orth(Z)``, and ``B`` comes
+    from that iteration's product ``X Z`` (``X P = X Z R⁻¹``) instead of another read: one
+    read and one product fewer.
 
     Parameters
     ----------
@@ -95,6 +100,13 @@ def randomized_svd(
         One read of X per power iteration. The QR between Xᵀ Q and X(·) is skipped, so
         directions with singular values below about ``sqrt(eps) σ₁`` (2e-4 σ₁ in float32)
         are not resolved; pass ``False``, or float64 data, for spectra that steep.
+    final_pass : bool, default=True
+        ``False`` (with ``fuse_passes`` and ``n_power_iter >= 1``): no last read for
+        ``B = Qᵀ X``; X is approximated as ``X P Pᵀ`` with P the row basis of the last
+        power iteration, whose range has one application of X fewer than Q's (the
+        accuracy of ``n_power_iter - 1/2`` iterations). Reads: ``n_power_iter + 1`` for a
+        column-block source or numpy input (a dask array still reads X twice in that
+        iteration).
     progress : callable, optional
         For a column-block source: receives one line per pass over X when the pass is done
         (``"pass 2 of 4 (power): 51.3 s"``), for batch logs.
@@ -120,6 +132,8 @@ def randomized_svd(
         raise ValueError(f"k must be in [1, {min(n, m)}], got {k}.")
     if n_power_iter < 0 or n_oversamples < 0:
         raise ValueError("n_power_iter and n_oversamples must be non-negative.")
+    if not final_pass and (n_power_iter < 1 or not fuse_passes):
+        raise ValueError("final_pass=False needs fuse_passes=True and n_power_iter >= 1.")
     dtype = np.float32 if X.dtype == np.float32 else np.float64
     l = min(k + n_oversamples, min(n, m))
     seed = int(check_random_state(random_state).integers(2**63))
@@ -131,7 +145,9 @@ def randomized_svd(
         passes = _DaskPasses(X.astype(dtype), l, seed, persist)
     else:
         passes = _NumpyPasses(np.asarray(X, dtype), l, seed)
-    Bt, Q = range_finder(passes, n_power_iter, fuse=fuse_passes, progress=progress)
+    Bt, Q = range_finder(
+        passes, n_power_iter, fuse=fuse_passes, final_pass=final_pass, progress=progress
+    )
     # B = Qᵀ X = Btᵀ (l × m); its SVD in float64 on the client
     Vb, s, Ubt = np.linalg.svd(np.asarray(Bt, np.float64), full_matrices=False)
     Ub, s, Vt = Ubt.T[:, :k], s[:k], Vb.T[:k]
@@ -248,6 +264,7 @@ def range_finder(
     n_power_iter: int,
     *,
     fuse: bool = True,
+    final_pass: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, Any]:
     """Halko's randomized range finder over X, read only through ``passes``.
@@ -257,15 +274,19 @@ def range_finder(
     between them); last ``Xᵀ Q``. The same loop serves numpy arrays, dask arrays and
     column-block sources; only how a pass reads X differs (:class:`_Passes`).
 
+    Without ``final_pass`` there is no last read: the last power iteration keeps its
+    ``Z = Xᵀ Q_prev`` too, and with ``P R = qr(Z)`` and ``Y = X Z``,
+    ``Qᵀ X P Pᵀ = (Qᵀ Y) R⁻¹ Pᵀ`` stands for ``Qᵀ X`` (X approximated on the row basis P).
+
     Returns
     -------
     Bt : ndarray of shape (m, l)
-        ``Xᵀ Q``.
+        ``Xᵀ Q`` (without ``final_pass``: ``P R⁻ᵀ Yᵀ Q``).
     Q : ndarray or dask array of shape (n, l)
         Orthonormal columns.
     """
     t0 = time.perf_counter()
-    total = n_power_iter + 2
+    total = n_power_iter + (2 if final_pass else 1)
 
     def done(i: int, kind: str) -> None:
         nonlocal t0
@@ -276,6 +297,11 @@ def range_finder(
     Q = passes.orthonormal(passes.sketch())
     done(1, "sketch")
     for i in range(n_power_iter):
+        if not final_pass and i == n_power_iter - 1:
+            Y, Z = passes.power_and_transpose(Q)
+            Q = passes.orthonormal(Y)
+            done(i + 2, "power")
+            return _row_basis_bt(Z, _small_product(Q, Y)), Q
         if fuse:
             Y = passes.power(Q)
         else:
@@ -286,6 +312,23 @@ def range_finder(
     Bt = passes.transpose(Q)
     done(total, "transpose")
     return Bt, Q
+
+
+def _small_product(Q: Any, Y: Any) -> np.ndarray:
+    """``Qᵀ Y`` (l × l) for tall Q and Y, numpy or dask (a reduction over row blocks)."""
+    if is_dask(Q) or is_dask(Y):
+        (out,) = compute(Q.T @ Y)
+        return np.asarray(out)
+    return np.asarray(Q.T @ Y)
+
+
+def _row_basis_bt(Z: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """``P (C R⁻¹)ᵀ`` with ``P R = qr(Z)``, in float64 and returned in Z's dtype: the
+    transpose of ``Qᵀ X P Pᵀ`` when ``C = Qᵀ X Z`` (so that ``C R⁻¹ = Qᵀ X P``)."""
+    P, R = sla.qr(np.asarray(Z, np.float64), mode="economic", check_finite=False)
+    # C R⁻¹ = Mᵀ with Rᵀ M = Cᵀ: a triangular solve, no inverse
+    M = sla.solve_triangular(R, np.asarray(C, np.float64).T, trans="T", check_finite=False)
+    return np.asarray(P @ M, Z.dtype)
 
 
 def tsqr(Y: Any, row_chunks: tuple[int, ...], *, persist: bool = True) -> Any:
@@ -325,7 +368,8 @@ def tsqr(Y: Any, row_chunks: tuple[int, ...], *, persist: bool = True) -> Any:
 class _Passes(Protocol):
     """How a pass reads X: the products the range finder needs, each one read of X.
 
-    ``sketch``: X Ω; ``power``: X (Xᵀ Q) from one read; ``transpose``: Xᵀ Q (computed);
+    ``sketch``: X Ω; ``power``: X (Xᵀ Q) from one read; ``power_and_transpose``: that and
+    ``Z = Xᵀ Q`` (computed); ``transpose``: Xᵀ Q (computed);
     ``times``: X W for a small m × l W; ``orthonormal``: a basis of an n × l product.
     ``eager``: each pass runs when it is asked for (False: one lazy graph at the end).
     Implemented by :class:`_NumpyPasses`, :class:`_DaskPasses` and :class:`_BlockPasses`.
@@ -336,6 +380,8 @@ class _Passes(Protocol):
     def sketch(self) -> Any: ...
 
     def power(self, Q: Any) -> Any: ...
+
+    def power_and_transpose(self, Q: Any) -> tuple[Any, np.ndarray]: ...
 
     def transpose(self, Q: Any) -> np.ndarray: ...
 
@@ -357,6 +403,10 @@ class _NumpyPasses:
 
     def power(self, Q: np.ndarray) -> np.ndarray:
         return np.asarray(self.X @ (self.X.T @ Q))
+
+    def power_and_transpose(self, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        Z = np.asarray(self.X.T @ Q)
+        return np.asarray(self.X @ Z), Z
 
     def transpose(self, Q: np.ndarray) -> np.ndarray:
         return np.asarray(self.X.T @ Q)
@@ -392,6 +442,11 @@ class _DaskPasses:
             adjust_chunks={"j": 1}, concatenate=False, dtype=X.dtype,
         )  # fmt: skip
         return _sum_blocks(part)
+
+    def power_and_transpose(self, Q: Any) -> tuple[Any, np.ndarray]:
+        # two reads: X's own graph has no task that returns both products
+        Z = self.transpose(Q)
+        return self.times(Z), Z
 
     def transpose(self, Q: Any) -> np.ndarray:
         X = self.X
@@ -432,6 +487,16 @@ class _BlockPasses:
     def power(self, Q: Any) -> Any:
         return self._summed("power", Q)
 
+    def power_and_transpose(self, Q: Any) -> tuple[Any, np.ndarray]:
+        tasks = self._tasks("power_and_transpose", Q)
+        n = self.z.shape[0]
+        total = delayed(_add_all)([t[0] for t in tasks])
+        # one graph: each group task runs once and gives both its sum and its Xᵀ Q blocks
+        total, blocks = dask_persist(total, [t[1] for t in tasks])
+        (blocks,) = dask_compute(blocks)
+        Y = da.from_delayed(total, (n, self.l), dtype=self.dtype)
+        return Y, np.concatenate([b for group in blocks for b in group])
+
     def transpose(self, Q: Any) -> np.ndarray:
         (blocks,) = dask_compute(self._tasks("transpose", Q))
         return np.concatenate([b for group in blocks for b in group])
@@ -468,7 +533,7 @@ def _group_pass(
     """One task: the contribution of a group of column blocks, read here one by one.
 
     ``sketch``: Σ X_j Ω_j; ``power``: Σ X_j (X_jᵀ W); ``times``: Σ X_j W_j (W: m × l);
-    ``transpose``: [X_jᵀ W, …].
+    ``transpose``: [X_jᵀ W, …]; ``power_and_transpose``: (Σ X_j (X_jᵀ W), [X_jᵀ W, …]).
     """
     n = z.shape[0]
     buf: np.ndarray | None = None
@@ -487,12 +552,16 @@ def _group_pass(
             np.matmul(x, W[a:b].astype(dtype, copy=False), out=tmp)
         else:
             w = x.T @ W
-            if kind == "transpose":
+            if kind != "power":
                 out.append(w)
+            if kind == "transpose":
                 continue
             np.matmul(x, w, out=tmp)
         assert acc is not None and tmp is not None  # set for every kind but transpose
         acc += tmp
+    if kind == "power_and_transpose":
+        assert acc is not None
+        return acc[None], out
     return out if acc is None else acc[None]
 
 

@@ -225,8 +225,17 @@ def test_zarr_input_under_distributed_workers(store):
     ):  # fmt: skip
         U, s, _ = randomized_svd(open_split(p).column_blocks, 6, random_state=0)
         U = U.compute()
+        # without the final pass: the group tasks give both products from one read
+        Uf, sf, Vtf = randomized_svd(
+            open_split(p).column_blocks, 6, random_state=0, final_pass=False
+        )
+        Uf = Uf.compute()
     np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
     assert _min_cos(U, U0[:, :6]) > 0.999
+    Un, sn, Vtn = randomized_svd(open_split(p).data.compute(), 6, random_state=0, final_pass=False)
+    np.testing.assert_allclose(sf, sn, rtol=1e-5)
+    np.testing.assert_allclose(Uf, Un, atol=2e-4)
+    np.testing.assert_allclose(Vtf, Vtn, atol=2e-4)
 
 
 def test_rank_deficient_input_is_handled():
@@ -300,6 +309,51 @@ def test_one_range_finder_for_every_kind_of_input(store, fuse):
         signs = np.sign(np.sum(Q * Q0, axis=0))
         np.testing.assert_allclose(Q * signs, Q0, atol=1e-8)
         np.testing.assert_allclose(Bt * signs, Bt0, atol=1e-6 * np.abs(Bt0).max())
+
+
+def _decaying(n=600, m=400, r=40, seed=0):
+    rng = np.random.default_rng(seed)
+    L = rng.standard_normal((n, r)) * np.geomspace(10, 0.5, r)
+    return L @ rng.standard_normal((r, m)) + 0.3 * rng.standard_normal((n, m))
+
+
+def test_without_the_final_pass_one_read_fewer_at_an_accuracy_between():
+    """``final_pass=False`` reads X ``n_power_iter + 1`` times, and its rank-k error lies
+    between one power iteration fewer and the same number with the final pass (its row
+    basis has one application of X fewer than Q's range); numpy, dask and column-block
+    inputs agree."""
+    X = _decaying()
+    k = 10
+    U0, s0, Vt0 = np.linalg.svd(X, full_matrices=False)
+    best = np.linalg.norm(X - (U0[:, :k] * s0[:k]) @ Vt0[:k])
+
+    def excess(q, final_pass):
+        blocks = _InMemoryBlocks(X, (128, 50))
+        U, s, Vt = randomized_svd(
+            blocks, k, n_power_iter=q, n_oversamples=2, random_state=0, final_pass=final_pass
+        )
+        U = np.asarray(U.compute())
+        assert blocks.reads == (q + (2 if final_pass else 1)) * 8  # 8 column blocks
+        Un, sn, Vtn = randomized_svd(
+            X, k, n_power_iter=q, n_oversamples=2, random_state=0, final_pass=final_pass
+        )
+        np.testing.assert_allclose(s, sn, rtol=1e-8)
+        np.testing.assert_allclose(U, Un, atol=1e-8)
+        Ud, sd, _ = randomized_svd(
+            da.from_array(X, chunks=(128, 100)), k, n_power_iter=q, n_oversamples=2,
+            random_state=0, final_pass=final_pass,
+        )  # fmt: skip
+        np.testing.assert_allclose(sd, sn, rtol=1e-8)
+        np.testing.assert_allclose(Ud.compute(), Un, atol=1e-8)
+        return np.linalg.norm(X - (Un * sn) @ Vtn) / best - 1
+
+    for q in (1, 2, 3):
+        without = excess(q, False)
+        assert excess(q - 1, True) > without > excess(q, True) > 0, q
+    with pytest.raises(ValueError, match="final_pass=False needs"):
+        randomized_svd(X, k, n_power_iter=0, final_pass=False)
+    with pytest.raises(ValueError, match="final_pass=False needs"):
+        randomized_svd(X, k, fuse_passes=False, final_pass=False)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
