@@ -299,9 +299,9 @@ def range_finder(
     for i in range(n_power_iter):
         if not final_pass and i == n_power_iter - 1:
             Y, Z = passes.power_and_transpose(Q)
-            Q = passes.orthonormal(Y)
+            Q, R = passes.orthonormal_r(Y)  # Qᵀ Y = R
             done(i + 2, "power")
-            return _row_basis_bt(Z, _small_product(Q, Y)), Q
+            return _row_basis_bt(Z, R), Q
         if fuse:
             Y = passes.power(Q)
         else:
@@ -314,14 +314,6 @@ def range_finder(
     return Bt, Q
 
 
-def _small_product(Q: Any, Y: Any) -> np.ndarray:
-    """``Qᵀ Y`` (l × l) for tall Q and Y, numpy or dask (a reduction over row blocks)."""
-    if is_dask(Q) or is_dask(Y):
-        (out,) = compute(Q.T @ Y)
-        return np.asarray(out)
-    return np.asarray(Q.T @ Y)
-
-
 def _row_basis_bt(Z: np.ndarray, C: np.ndarray) -> np.ndarray:
     """``P (C R⁻¹)ᵀ`` with ``P R = qr(Z)``, in float64 and returned in Z's dtype: the
     transpose of ``Qᵀ X P Pᵀ`` when ``C = Qᵀ X Z`` (so that ``C R⁻¹ = Qᵀ X P``)."""
@@ -331,7 +323,9 @@ def _row_basis_bt(Z: np.ndarray, C: np.ndarray) -> np.ndarray:
     return np.asarray(P @ M, Z.dtype)
 
 
-def tsqr(Y: Any, row_chunks: tuple[int, ...], *, persist: bool = True) -> Any:
+def tsqr(
+    Y: Any, row_chunks: tuple[int, ...], *, persist: bool = True, with_r: bool = False
+) -> Any:
     """Orthonormal basis of the columns of a tall dask Y: two-level tall-skinny QR.
 
     Each row block is factored on its own (``Y_i = Q_i R_i``), the stacked R's once more
@@ -348,10 +342,14 @@ def tsqr(Y: Any, row_chunks: tuple[int, ...], *, persist: bool = True) -> Any:
         Row blocks of the result; each at least l rows.
     persist : bool, default=True
         Compute Q now (in worker memory) rather than leave it lazy.
+    with_r : bool, default=False
+        Also return R (``Y = Q R``, float64, computed with Q).
 
     Returns
     -------
     Q : dask array of shape (n, l), chunked by ``row_chunks``
+    R : ndarray of shape (l, l)
+        With ``with_r`` only.
     """
     Y = Y.rechunk({0: row_chunks, 1: -1})
     l = Y.shape[1]
@@ -362,7 +360,14 @@ def tsqr(Y: Any, row_chunks: tuple[int, ...], *, persist: bool = True) -> Any:
         for i, (f, rows) in enumerate(zip(factored, Y.chunks[0], strict=True))
     ]
     Q = da.concatenate(blocks, axis=0)
-    return _persisted(Q) if persist else Q
+    if not with_r:
+        return _persisted(Q) if persist else Q
+    R = small[1]
+    if persist:
+        Q, R = dask_persist(Q, R)  # one graph: the stacked QR runs once for both
+        _wait_for(Q)
+    (R,) = dask_compute(R)
+    return Q, np.asarray(R)
 
 
 class _Passes(Protocol):
@@ -370,7 +375,8 @@ class _Passes(Protocol):
 
     ``sketch``: X Ω; ``power``: X (Xᵀ Q) from one read; ``power_and_transpose``: that and
     ``Z = Xᵀ Q`` (computed); ``transpose``: Xᵀ Q (computed);
-    ``times``: X W for a small m × l W; ``orthonormal``: a basis of an n × l product.
+    ``times``: X W for a small m × l W; ``orthonormal``: a basis of an n × l product;
+    ``orthonormal_r``: that basis Q and R with ``Y = Q R``.
     ``eager``: each pass runs when it is asked for (False: one lazy graph at the end).
     Implemented by :class:`_NumpyPasses`, :class:`_DaskPasses` and :class:`_BlockPasses`.
     """
@@ -388,6 +394,8 @@ class _Passes(Protocol):
     def times(self, W: np.ndarray) -> Any: ...
 
     def orthonormal(self, Y: Any) -> Any: ...
+
+    def orthonormal_r(self, Y: Any) -> tuple[Any, np.ndarray]: ...
 
 
 class _NumpyPasses:
@@ -416,6 +424,10 @@ class _NumpyPasses:
 
     def orthonormal(self, Y: np.ndarray) -> np.ndarray:
         return np.linalg.qr(Y)[0]
+
+    def orthonormal_r(self, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        Q, R = np.linalg.qr(Y)
+        return Q, R
 
 
 class _DaskPasses:
@@ -462,6 +474,10 @@ class _DaskPasses:
     def orthonormal(self, Y: Any) -> Any:
         return tsqr(Y, self.X.chunks[0], persist=self.eager)
 
+    def orthonormal_r(self, Y: Any) -> tuple[Any, np.ndarray]:
+        Q, R = tsqr(Y, self.X.chunks[0], persist=self.eager, with_r=True)
+        return Q, R
+
 
 class _BlockPasses:
     """X as a column-block source, with the reads inside the tasks.
@@ -506,6 +522,10 @@ class _BlockPasses:
 
     def orthonormal(self, Y: Any) -> Any:
         return tsqr(Y, self.row_chunks, persist=self.eager)
+
+    def orthonormal_r(self, Y: Any) -> tuple[Any, np.ndarray]:
+        Q, R = tsqr(Y, self.row_chunks, persist=self.eager, with_r=True)
+        return Q, R
 
     def _tasks(self, kind: str, W: Any = None) -> list[Any]:
         if W is not None and is_dask(W):
@@ -668,13 +688,18 @@ def _persisted(x: Any) -> Any:
     """Persist and wait: on a distributed cluster ``persist`` returns at once, and a
     next pass submitted meanwhile would share X's chunk keys with this one, so the
     scheduler would hold those chunks in memory until the next pass reads them."""
+    x = x.persist()
+    _wait_for(x)
+    return x
+
+
+def _wait_for(x: Any) -> None:
+    """Wait until a persisted collection's futures (on a distributed cluster) are done."""
     from distributed import futures_of, wait
 
-    x = x.persist()
     futures = futures_of(x)
     if futures:
         wait(futures)
-    return x
 
 
 def _qr_economic(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -683,16 +708,16 @@ def _qr_economic(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.astype(y.dtype, copy=False), r.astype(y.dtype, copy=False)
 
 
-def _qr_of_stacked_r(rs: list[np.ndarray]) -> np.ndarray:
-    """Q' of the stacked R factors, in float64 (it is small: blocks·l × l)."""
-    q, _ = sla.qr(np.vstack(rs).astype(np.float64), mode="economic", check_finite=False)
-    return np.asarray(q)
+def _qr_of_stacked_r(rs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``Q', R`` of the stacked R factors, in float64 (small: blocks·l × l)."""
+    q, r = sla.qr(np.vstack(rs).astype(np.float64), mode="economic", check_finite=False)
+    return np.asarray(q), np.asarray(r)
 
 
-def _times_q_part(q: np.ndarray, small: np.ndarray, i: int) -> np.ndarray:
+def _times_q_part(q: np.ndarray, small: tuple[np.ndarray, np.ndarray], i: int) -> np.ndarray:
     """Block i of the final Q: ``Q_i`` times its l rows of ``Q'``."""
     l = q.shape[1]
-    return np.asarray(q @ small[i * l : (i + 1) * l].astype(q.dtype))
+    return np.asarray(q @ small[0][i * l : (i + 1) * l].astype(q.dtype))
 
 
 def _truncate(W: np.ndarray, keep: int) -> np.ndarray:

@@ -40,6 +40,10 @@ class SvdSettings:
         Power iterations of the randomized SVD.
     fuse_passes : bool
         One read of the data per power iteration (see :func:`~lsd_dask.linalg.randomized_svd`).
+    final_pass : bool
+        False: no last read of the data; the last power iteration's row basis stands in
+        for it (one read and one product fewer, at an accuracy between ``n_power_iter - 1``
+        and ``n_power_iter`` iterations). Needs ``fuse_passes`` and ``n_power_iter >= 1``.
     n_keep : int or None
         Streaming SVD: rows kept between blocks (None: its default).
     """
@@ -48,6 +52,7 @@ class SvdSettings:
     rank: int = 1000
     n_power_iter: int = 2
     fuse_passes: bool = True
+    final_pass: bool = True
     n_keep: int | None = None
 
     @classmethod
@@ -57,19 +62,27 @@ class SvdSettings:
         method = raw.get("method", cls.method)
         if method not in ("randomized", "streaming"):
             raise ValueError(f"svd.method must be 'randomized' or 'streaming', got {method!r}.")
-        fuse = raw.get("fuse_passes", cls.fuse_passes)
-        if not isinstance(fuse, bool):
-            raise ValueError(f"svd.fuse_passes: true or false, got {fuse!r}.")
+        flags = {}
+        for key in ("fuse_passes", "final_pass"):
+            flags[key] = raw.get(key, getattr(cls, key))
+            if not isinstance(flags[key], bool):
+                raise ValueError(f"svd.{key}: true or false, got {flags[key]!r}.")
         n_keep = raw.get("n_keep")
-        return cls(
+        out = cls(
             method=method,
             rank=files.int_setting(raw.get("rank", cls.rank), "svd.rank", 1),
             n_power_iter=files.int_setting(
                 raw.get("n_power_iter", cls.n_power_iter), "svd.n_power_iter", 0
             ),
-            fuse_passes=fuse,
             n_keep=None if n_keep is None else files.int_setting(n_keep, "svd.n_keep", 1),
+            **flags,
         )
+        if not out.final_pass and (out.n_power_iter < 1 or not out.fuse_passes):
+            raise ValueError(
+                "svd.final_pass: false needs svd.fuse_passes: true and svd.n_power_iter >= 1, "
+                f"got fuse_passes {out.fuse_passes} and n_power_iter {out.n_power_iter}."
+            )
+        return out
 
 
 class SvdStage:
@@ -172,6 +185,7 @@ def group_svd(
         svd_rank(settings, n, m),
         n_power_iter=settings.n_power_iter,
         fuse_passes=settings.fuse_passes,
+        final_pass=settings.final_pass,
         random_state=random_state,
         progress=progress,
     )

@@ -373,6 +373,11 @@ def test_tsqr_against_scipy(dtype):
     np.testing.assert_allclose(np.linalg.svd(Qr.T @ Q, compute_uv=False), 1.0, atol=tol * 10)
     lazy = tsqr(da.from_array(Y, chunks=(60, 12)), (100,) * 5, persist=False)
     np.testing.assert_allclose(lazy.compute(), Q, atol=tol)
+    # with R: Y = Q R, R upper triangular, and the same Q
+    Q2, R = tsqr(da.from_array(Y, chunks=(60, 12)), (100,) * 5, with_r=True)
+    np.testing.assert_allclose(Q2.compute(), Q, atol=tol)
+    np.testing.assert_allclose(R, np.triu(R))
+    np.testing.assert_allclose(Q @ R, Y, atol=tol * 10 * np.abs(Y).max())
     # rank-deficient: Householder still gives orthonormal columns that span Y
     Y[:, 5] = Y[:, 0] + Y[:, 1]
     Q = tsqr(da.from_array(Y, chunks=(60, 12)), (100,) * 5).compute()

@@ -68,6 +68,11 @@ def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
         ({"ks": [7.5]}, "ks: 7.5 is not an integer"),
         ({"svd": {"rank": 0}}, r"svd.rank: 0 must be at least 1"),
         ({"svd": {"rank": True}}, "svd.rank: True is not an integer"),
+        ({"svd": {"final_pass": "no"}}, "svd.final_pass: true or false, got 'no'"),
+        (
+            {"svd": {"final_pass": False, "n_power_iter": 0}},
+            "svd.final_pass: false needs svd.fuse_passes: true and svd.n_power_iter >= 1",
+        ),
         ({"random_state": "seed"}, "random_state: 'seed' is not an integer"),
         ({"methods": ["lsd", "wrad"]}, r"methods\[1\]: unknown method 'wrad'"),
         (
