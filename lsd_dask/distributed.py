@@ -474,8 +474,14 @@ def _close_cluster(cluster: Any, timeout: float = CLUSTER_CLOSE_S) -> None:
     A LocalCluster's nannies first stop their memory monitors: a nanny that is restarting a
     worker killed for its memory when the close arrives can wait forever for that worker
     to start (distributed 2026.7), and a worker over its limit at rest is restarted about
-    once a second. Whatever still runs after ``timeout`` seconds is killed.
+    once a second. Whatever still runs after ``timeout`` seconds is killed. Anything else
+    that is not a distributed ``Cluster`` (a ``SLURMRunner``) closes as it does.
     """
+    from distributed.deploy import Cluster
+
+    if not isinstance(cluster, Cluster):
+        cluster.close()
+        return
     nannies = [w for w in getattr(cluster, "workers", {}).values() if hasattr(w, "process")]
     if isinstance(cluster, LocalCluster) and nannies:
 
