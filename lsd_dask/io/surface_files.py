@@ -431,20 +431,23 @@ def _load_cifti(path: Path) -> tuple[np.ndarray, list[int]]:
     if not isinstance(bm, cifti2.BrainModelAxis):
         raise ValueError(f"{path}: the second axis is not a brain-model axis (not a dtseries?).")
     data = np.asarray(img.get_fdata(dtype=np.float32))  # (T, grayordinates)
-    parts, sizes = [], []
     found: Mapping[str, Any] = {name: (slc, model) for name, slc, model in bm.iter_structures()}
+    models = []
     for hemi in HEMISPHERES:
         key = _CIFTI_NAMES[hemi]
         if key not in found:
             raise ValueError(f"{path} has no {key} surface model.")
         slc, model = found[key]
-        n = int(model.nvertices[key])
-        full = np.zeros((n, data.shape[0]), np.float32)  # vertices absent from the file stay 0
-        full[model.vertex] = data[:, slc].T
-        parts.append(full)
-        sizes.append(n)
+        models.append((slc, np.asarray(model.vertex), int(model.nvertices[key])))
+    sizes = [n for _, _, n in models]
+    # one (vertices, T) array written in place: no per-hemisphere copies to concatenate
+    out = np.zeros((sum(sizes), data.shape[0]), np.float32)  # absent vertices stay 0
+    offset = 0
+    for slc, vertex, n in models:
+        out[offset + vertex] = data[:, slc].T
+        offset += n
     del series
-    return np.concatenate(parts, axis=0), sizes
+    return out, sizes
 
 
 def _atomic_save(img: Any, path: Path) -> Path:
