@@ -152,8 +152,8 @@ def test_an_hpc_cluster_waits_its_configured_timeout_for_a_first_job(kind, tmp_p
 
     section = {"n_workers": 0, "cores": 1, "memory": "1GB", "interface": "lo"}
     section["log-directory"] = str(tmp_path)
-    # no dashboard: port 8787 may be another test's (the suite runs tests side by side)
-    section["scheduler_options"] = {"dashboard_address": None}
+    # the dashboard on any free port: 8787 may be another test's (tests run side by side)
+    section["scheduler_options"] = {"dashboard_address": ":0"}
     with connect({"type": kind, kind: section}, log=None) as client:
         assert client.worker_wait_s == JOB_START_TIMEOUT_S > placement.WORKER_WAIT_S
     section["timeout"] = 2
