@@ -196,7 +196,7 @@ class StageMeter:
         with (
             LocalCluster(
                 n_workers=n_workers, threads_per_worker=1, memory_limit=memory_limit,
-                host="127.0.0.1", dashboard_address=None,
+                host="127.0.0.1", dashboard_address=":0",
             ) as cluster,
             Client(cluster) as client,
             self.sampling(client),

@@ -68,7 +68,7 @@ def main() -> None:
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, memory_limit=args.memory_limit,
-            host="127.0.0.1", dashboard_address=None,
+            host="127.0.0.1", dashboard_address=":0",
         ) as cluster,
         Client(cluster),
     ):  # fmt: skip

@@ -61,7 +61,7 @@ def main() -> None:
                 processes=True,
                 memory_limit="10GB",
                 host="127.0.0.1",
-                dashboard_address=None,
+                dashboard_address=":0",
             ) as cluster,
             Client(cluster),
         ):

@@ -104,7 +104,7 @@ def run_one(method: str, store: Path, k: int, worker_memory: str, out: Path) -> 
             threads_per_worker=1,
             memory_limit=worker_memory,
             host="127.0.0.1",
-            dashboard_address=None,
+            dashboard_address=":0",
         ) as cluster,
         Client(cluster),
     ):

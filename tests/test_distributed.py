@@ -134,7 +134,7 @@ def test_cluster_configs_parse():
 def test_local_config_starts_and_closes_cluster():
     root = Path(__file__).resolve().parents[1] / "cluster_configs"
     cfg = load_cluster_config(root / "local.yaml")
-    cfg["local"]["dashboard_address"] = None
+    cfg["local"]["dashboard_address"] = ":0"
     with connect(cfg, log=None) as client:
         assert len(client.scheduler_info()["workers"]) == 2
         cluster = client._owned_cluster
@@ -164,7 +164,7 @@ def test_a_cluster_whose_close_hangs_is_left_in_bounded_time(caplog):
     plugin = type("SlowToClose", (_SlowToClose, SchedulerPlugin), {})()
     cluster = LocalCluster(
         n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address=":0",
     )  # fmt: skip
     cluster.scheduler.add_plugin(plugin)
     with Client(cluster) as client:
@@ -182,7 +182,7 @@ def test_a_local_cluster_of_threads_starts(tmp_path):
     is forced on its inproc:// transport."""
     path = tmp_path / "threads.yaml"
     path.write_text("type: local\nlocal:\n  n_workers: 1\n  threads_per_worker: 2\n"
-                    "  processes: false\n  dashboard_address: null\n")  # fmt: skip
+                    "  processes: false\n  dashboard_address: \":0\"\n")  # fmt: skip
     with connect(load_cluster_config(path), log=None) as client:
         assert client.scheduler.address.startswith("inproc://")
         assert client.submit(sum, [1, 2, 3]).result() == 6
@@ -235,7 +235,7 @@ def test_workers_paused_over_their_memory_end_the_work_in_one_line(in_thread):
     with (
         dask.config.set({f"distributed.worker.memory.{k}": v for k, v in memory.items()}),
         LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="600MB",
-                     host="127.0.0.1", dashboard_address=None) as cluster,  # fmt: skip
+                     host="127.0.0.1", dashboard_address=":0") as cluster,  # fmt: skip
         Client(cluster) as client,
     ):
         held = client.submit(_hold, 400 * 2**20)

@@ -278,7 +278,7 @@ def test_four_concurrent_writers_lose_nothing(tmp_path):
     with (
         LocalCluster(
             n_workers=4, threads_per_worker=2, processes=True, host="127.0.0.1",
-            dashboard_address=None,
+            dashboard_address=":0",
         ) as cluster,
         Client(cluster) as client,
         build_split(tmp_path / "s.zarr", n_rows=n, vertex_chunk=1024, inner_chunk=256) as w,

@@ -138,7 +138,7 @@ def test_randomized_under_distributed_client(store):
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
-            dashboard_address=None,
+            dashboard_address=":0",
         ) as cluster,
         Client(cluster),
     ):
@@ -219,7 +219,7 @@ def test_zarr_input_under_distributed_workers(store):
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=None,
+            dashboard_address=":0",
         ) as cluster,
         Client(cluster),
     ):  # fmt: skip

@@ -82,7 +82,7 @@ def test_workers_below_one_tasks_memory_fail_in_one_line_before_ingest(tmp_path,
     config = tmp_path / "small.yaml"
     config.write_text(
         "type: local\nlocal:\n  n_workers: 1\n  threads_per_worker: 1\n  processes: true\n"
-        "  memory_limit: 80MB\n  host: 127.0.0.1\n  dashboard_address: null\n"
+        "  memory_limit: 80MB\n  host: 127.0.0.1\n  dashboard_address: \":0\"\n"
     )
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -112,7 +112,7 @@ def test_the_local_workers_spec_gives_the_limit_the_scheduler_reports():
     with (
         LocalCluster(
             n_workers=1, threads_per_worker=2, memory_limit="700MB", processes=False,
-            dashboard_address=None,
+            dashboard_address=":0",
         ) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip
@@ -132,7 +132,7 @@ def test_no_worker_at_all_fails_in_one_line(monkeypatch):
 
     monkeypatch.setattr(placement, "WORKER_WAIT_S", 1)
     with (
-        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
+        LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster,
         Client(cluster) as client,
         pytest.raises(RuntimeError, match=r"no Dask worker joined the scheduler within 1 s") as err,
     ):

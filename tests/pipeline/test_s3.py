@@ -192,6 +192,6 @@ def _local_config(tmp_path):
     """A LocalCluster of two worker processes on loopback, without a dashboard."""
     path = tmp_path / "local.yaml"
     local = {"n_workers": 2, "threads_per_worker": 1, "processes": True, "host": "127.0.0.1",
-             "dashboard_address": None}  # fmt: skip
+             "dashboard_address": ":0"}  # fmt: skip
     path.write_text(yaml.safe_dump({"type": "local", "local": local}))
     return path

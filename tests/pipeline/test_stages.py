@@ -213,7 +213,7 @@ def test_a_write_the_disk_refuses_ends_the_run_in_one_line_naming_the_file(
     write_tiny_study(study, random_state=3)
     cluster = tmp_path / "threads.yaml"
     cluster.write_text("type: local\nlocal:\n  n_workers: 1\n  threads_per_worker: 2\n"
-                       "  processes: false\n  dashboard_address: null\n")  # fmt: skip
+                       "  processes: false\n  dashboard_address: \":0\"\n")  # fmt: skip
 
     def cap() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
