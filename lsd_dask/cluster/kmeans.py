@@ -15,6 +15,7 @@ in Blumensath's comparison.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from .._validation import Array, RandomState, check_array, compute, is_dask, war
 from ..linalg.reductions import cluster_sums, own_centre_projection
 from ..similarity import unit_rows
 from ._base import ClusterBase, _n_features, eager_labels
+from ._bounds import AngleBounds
 from ._init import kmeanspp_rows
 from ._spatial import check_connectivity, potts_phase
 
@@ -71,11 +73,9 @@ class _Lloyd(ClusterBase):
         converged = False
         beta = float(getattr(self, "spatial_weight", 0.0) or 0.0)
         A = self._spatial_setup(X) if beta > 0 else None  # checked before any work
+        assign = self._assigner(X)
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - reported
-            # centres in X's precision: a float64 C would upcast all of a float32 X
-            new_labels, score = self._assign(X, C.astype(X.dtype, copy=False))
-            new_labels, score = compute(new_labels, score.sum(dtype=np.float64))
-            new_labels = np.asarray(new_labels, np.int64)
+            new_labels, score = assign(C)
             self.inertia_history_.append(float(score))
             C_new = self._centres(X, new_labels, C, k, rng)
             shift = float(np.max(np.abs(C_new - C))) if C_new.size else 0.0
@@ -118,6 +118,17 @@ class _Lloyd(ClusterBase):
         return self._assign(X, self.cluster_centers_.astype(X.dtype, copy=False))[0]
 
     # hooks ------------------------------------------------------------------
+    def _assigner(self, X: Array) -> Callable[[np.ndarray], tuple[np.ndarray, float]]:
+        """The assignment step: centres (float64) to (labels, summed score)."""
+
+        def assign(C: np.ndarray) -> tuple[np.ndarray, float]:
+            # centres in X's precision: a float64 C would upcast all of a float32 X
+            labels, score = self._assign(X, C.astype(X.dtype, copy=False))
+            labels, score = compute(labels, score.sum(dtype=np.float64))
+            return np.asarray(labels, np.int64), float(score)
+
+        return assign
+
     def _prepare(self, X: Array) -> Any:
         return X
 
@@ -275,13 +286,20 @@ class SphericalKMeans(_Lloyd):
         ICM sweeps per assignment step. The spatial phase runs at most ``max_iter``
         ICM + centre rounds, after the plain iterations, and stops after a round that
         changes at most :data:`~lsd_dask.cluster._spatial.POTTS_TOL` of the labels.
+    algorithm : {"hamerly", "lloyd"}, default="hamerly"
+        "hamerly": a row compares itself with every centre only when bounds on its angles
+        to the centres (kept from the last iteration and widened by how far the centres
+        moved) cannot tell that its label stays (:mod:`lsd_dask.cluster._bounds`); the
+        labels are Lloyd's. "lloyd": every row with every centre, every iteration. Dask
+        input always runs "lloyd".
     random_state : int, Generator or None
 
     Attributes
     ----------
     labels_, cluster_centers_ (unit rows), n_iter_, inertia_history_ (sum of cosines, which
     never decreases without a spatial term), spatial_cost_history_ (the combined cost, with
-    ``spatial_weight > 0``; never increases)
+    ``spatial_weight > 0``; never increases), rows_checked_ (per iteration, the rows
+    compared with every centre)
 
     Examples
     --------
@@ -301,6 +319,7 @@ class SphericalKMeans(_Lloyd):
         "spatial_weight": [("real", 0, None)],
         "connectivity": [None, sp.spmatrix, sp.sparray],
         "icm_sweeps": [("int", 1, None)],
+        "algorithm": [frozenset({"hamerly", "lloyd"})],
     }
 
     def __init__(
@@ -313,6 +332,7 @@ class SphericalKMeans(_Lloyd):
         spatial_weight: float = 0.0,
         connectivity: Any = None,
         icm_sweeps: int = 2,
+        algorithm: str = "hamerly",
         random_state: RandomState = None,
     ) -> None:
         super().__init__(
@@ -321,6 +341,15 @@ class SphericalKMeans(_Lloyd):
         self.spatial_weight = spatial_weight
         self.connectivity = connectivity
         self.icm_sweeps = icm_sweeps
+        self.algorithm = algorithm
+
+    def _assigner(self, X: Array) -> Callable[[np.ndarray], tuple[np.ndarray, float]]:
+        self.rows_checked_: list[int] | None = None
+        if self.algorithm == "lloyd" or is_dask(X):
+            return super()._assigner(X)
+        bounds = AngleBounds(np.asarray(X))
+        self.rows_checked_ = bounds.checked_
+        return bounds.assign
 
     def _spatial_setup(self, X: Array) -> Any:
         return check_connectivity(self.connectivity, X.shape[0])
@@ -337,7 +366,8 @@ class KEVD(SphericalKMeans):
 
     Each row goes to the centre with the largest ``|x·d|``; each centre becomes the leading
     eigenvector of its cluster's scatter matrix, found by ``n_power`` power-iteration steps
-    per outer iteration (warm-started; each step is a K-sized weighted reduction).
+    per outer iteration (warm-started; each step is a K-sized weighted reduction). Every
+    row is compared with every centre in each iteration (``algorithm`` is not used).
 
     Examples
     --------
@@ -356,6 +386,10 @@ class KEVD(SphericalKMeans):
 
     def _spatial_setup(self, X: Array) -> Any:
         raise ValueError("KEVD has no spatial term; use SphericalKMeans(spatial_weight=...).")
+
+    def _assigner(self, X: Array) -> Callable[[np.ndarray], tuple[np.ndarray, float]]:
+        # |x·d| has no angle bounds of this kind: every row, every iteration
+        return _Lloyd._assigner(self, X)
 
     def _assign(self, X: Array, C: np.ndarray) -> tuple[Any, Any]:
         S = abs(X @ C.T)
