@@ -63,7 +63,8 @@ NOTES: dict[str, str] = {
     "svd.n_power_iter": "power iterations of the randomized SVD",
     "svd.fuse_passes": "one read of the data per power iteration (q + 2 reads in all)",
     "svd.final_pass": "false: the last power iteration's row basis stands in for the last "
-    "read (q + 1 reads; accuracy between q - 1 and q iterations)",
+    "read (q + 1 reads; accuracy between q - 1 and q iterations); true where fuse_passes is "
+    "false or n_power_iter 0",
     "svd.n_keep": "streaming SVD: rows kept between blocks (null: its default)",
     "min_region_size": "vertices; smaller connected pieces do not count as regions in the "
     "split-half scores",

@@ -214,3 +214,24 @@ def test_every_spatial_option_of_the_estimator_is_a_pipeline_key(folder):
             assert isinstance(est, MeshParcellation) and getattr(est, name) == value, name
             assert cfg.methods[0].needs_mesh, name  # an option away from its default
             assert cfg.to_dict()["methods"][0][name] == value, name
+
+
+@pytest.mark.parametrize(
+    ("svd", "final_pass"),
+    [
+        ({}, False),  # one read fewer by default
+        ({"n_power_iter": 0}, True),  # nothing to stand in for the last read
+        ({"fuse_passes": False}, True),
+        ({"n_power_iter": 0, "final_pass": True}, True),
+        ({"n_power_iter": 1, "final_pass": True}, True),
+    ],
+)
+def test_the_final_pass_is_left_out_where_the_settings_allow_it(folder, svd, final_pass):
+    cfg = load_config(_write(folder, svd={"rank": 40, **svd}))
+    assert cfg.svd.final_pass is final_pass
+
+
+def test_settings_made_in_code_that_need_the_final_pass_say_so():
+    with pytest.raises(ValueError, match="svd.final_pass: false needs svd.fuse_passes: true"):
+        SvdSettings(n_power_iter=0)
+    assert SvdSettings(n_power_iter=0, final_pass=True).final_pass

@@ -92,10 +92,10 @@ def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     report2 = run_pipeline(cfg, log=logs2.append)
     assert any("[svd] split1 done earlier" in line for line in logs2)
     # the first run reported each pass over the data of the randomized SVD (rank 20,
-    # 2 power iterations: sketch, 2 x power, transpose)
+    # 2 power iterations, no final pass by default: sketch, 2 x power)
     passes = [line for line in logs if line.startswith("[svd] split1 pass ")]
     assert [p.split(" (")[0] for p in passes] == [
-        f"[svd] split1 pass {i} of 4" for i in range(1, 5)
+        f"[svd] split1 pass {i} of 3" for i in range(1, 4)
     ]
     assert not any(line.startswith("[cluster] split1 directional K=10:") for line in logs2)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
@@ -419,7 +419,9 @@ def test_auto_feature_smoothing_is_chosen_per_split_from_its_halves(tmp_path, st
         X = st.data.compute()
         feats = []
         for cols in half_columns(st.timepoints):
-            U, s, _ = randomized_svd(X[:, cols], min(20, cols.size), random_state=0)
+            U, s, _ = randomized_svd(
+                X[:, cols], min(20, cols.size), random_state=0, final_pass=cfg.svd.final_pass
+            )
             feats.append(unit_rows(U * s))
         V = np.concatenate([m.vertices for m in study.meshes.values()])[kept]
         ref = choose_feature_blur(*feats, V, A, 6, random_state=0)
