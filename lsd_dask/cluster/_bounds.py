@@ -26,10 +26,11 @@ from ..linalg.reductions import own_centre_projection
 
 __all__ = ["ANGLE_MARGIN", "AngleBounds"]
 
-#: radians by which a row's own angle must beat its bound to keep its label unchecked: far
-#: above the rounding of a float32 cosine of unit rows (about 1e-6), so a row near a tie
-#: is always compared with every centre
-ANGLE_MARGIN = 1e-3
+#: radians by which a row's own angle must beat its bound to keep its label unchecked:
+#: above what the rounding of a float32 cosine of unit rows does to its angle (about 4e-4
+#: rad near a cosine of 1, far less elsewhere), so a row near a tie is always compared with
+#: every centre (the k-means++ start's bound uses the same margin)
+ANGLE_MARGIN = 2e-3
 #: rows per product with the centres: bounds the n × K similarities held at once
 _ROW_BLOCK = 16384
 

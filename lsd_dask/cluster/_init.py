@@ -6,6 +6,7 @@ import numpy as np
 
 from .._validation import Array, to_numpy
 from ..similarity import unit_rows
+from ._bounds import ANGLE_MARGIN
 
 __all__ = ["kmeanspp_rows", "sample_rows"]
 
@@ -110,13 +111,11 @@ def _rows_a_candidate_may_take(
     # angle to about 4e-4 rad, below the margin, so a row near the bound is always checked
     reach = np.arccos(np.clip(S[chosen] @ S[cand].T, -1.0, 1.0)).min(axis=1)
     r = np.arccos(np.clip(1.0 - d2, -1.0, 1.0))
-    rows = np.flatnonzero(reach[own] < 2.0 * r + _ANGLE_MARGIN)
+    rows = np.flatnonzero(reach[own] < 2.0 * r + ANGLE_MARGIN)
     # gathering most of the rows costs about what the product over all of them does
     return rows if rows.size < m // 2 else np.arange(m)
 
 
-#: radians by which a candidate must be out of a row's reach for the row to go unchecked
-_ANGLE_MARGIN = 2e-3
 
 
 def _dist(S: np.ndarray, C: np.ndarray, metric: str) -> np.ndarray:
