@@ -321,6 +321,8 @@ class SphericalKMeans(_Lloyd):
         "icm_sweeps": [("int", 1, None)],
         "algorithm": [frozenset({"hamerly", "lloyd"})],
     }
+    #: whether the assignment is the largest cosine, which the angle bounds apply to
+    _angle_bounds = True
 
     def __init__(
         self,
@@ -345,7 +347,7 @@ class SphericalKMeans(_Lloyd):
 
     def _assigner(self, X: Array) -> Callable[[np.ndarray], tuple[np.ndarray, float]]:
         self.rows_checked_: list[int] | None = None
-        if self.algorithm == "lloyd" or is_dask(X):
+        if self.algorithm == "lloyd" or not self._angle_bounds or is_dask(X):
             return super()._assigner(X)
         bounds = AngleBounds(np.asarray(X))
         self.rows_checked_ = bounds.checked_
@@ -383,13 +385,11 @@ class KEVD(SphericalKMeans):
 
     _parameter_constraints = {**_COMMON, "init": [frozenset({"kmeans++"}), np.ndarray]}
     n_power = 3
+    # |x·d| has no angle bounds of this kind: every row, every iteration
+    _angle_bounds = False
 
     def _spatial_setup(self, X: Array) -> Any:
         raise ValueError("KEVD has no spatial term; use SphericalKMeans(spatial_weight=...).")
-
-    def _assigner(self, X: Array) -> Callable[[np.ndarray], tuple[np.ndarray, float]]:
-        # |x·d| has no angle bounds of this kind: every row, every iteration
-        return _Lloyd._assigner(self, X)
 
     def _assign(self, X: Array, C: np.ndarray) -> tuple[Any, Any]:
         S = abs(X @ C.T)
