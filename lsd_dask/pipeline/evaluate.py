@@ -28,17 +28,21 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .. import __version__
 from .. import evaluation as ev
+from ..distributed import active_client, show_progress
 from ..spin import find_spheres
+from . import placement
 from .stages import RunContext, Unit
 from .svd import svd_features
-from .workdir import content_digest, mesh_digest
+from .workdir import WorkDir, content_digest, mesh_digest
 
 __all__ = [
     "BIN_WIDTH_MM",
@@ -121,36 +125,36 @@ class EvaluationStage:
     load = staticmethod(load_result)
 
     def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
-        wd, log, kept = ctx.wd, ctx.log, ctx.kept
-        _, A = ctx.kept_mesh(kept)
-        pairs = vertex_pairs(ctx)
-        features = {s: svd_features(wd.load_npy(wd.u(s)), wd.load_npy(wd.s(s))) for s in ctx.splits}
-        correlations = {s: ev.pair_correlations(Z, pairs) for s, Z in features.items()}
-        nulls = spin_nulls(ctx, features, pairs, correlations)
-        splits = list(ctx.splits)
-        for unit in todo:
+        wd, log = ctx.wd, ctx.log
+        jobs = _scorings(ctx, todo)
+        expected = Counter(j.unit for j in jobs)
+        parts: dict[str, dict[str, Any]] = {u.name: {} for u in todo}
+        client = active_client()
+        if client is not None and placement.scoring_on_workers(
+            client,
+            wd.load_npy(wd.u(jobs[0].split), mmap=True).nbytes,
+            _pair_estimate(ctx),
+            ctx.cfg.spins,
+        ):
+            done = _score_as_tasks(client, ctx, jobs)
+        else:
+            done = _score_here(ctx, jobs)
+        for job, scores in done:
+            parts[job.unit][job.direction] = scores
+            if len(parts[job.unit]) < expected[job.unit]:
+                continue
+            unit = next(u for u in todo if u.name == job.unit)
+            # the directions in the plan's order, then their mean
+            out: dict[str, Any] = {
+                j.direction: parts[unit.name][j.direction] for j in jobs if j.unit == unit.name
+            }
+            out["mean"] = mean_of(out)
             if unit.item[0] == "atlas":
-                # fitted on neither split: scored on each split's data
-                labels = np.where(kept, ctx.atlases[unit.item[1]], 0)
-                out: dict[str, Any] = {
-                    f"on_{s}": held_out_scores(
-                        labels, features[s], pairs, correlations[s], A, kept, nulls.get(s)
-                    )  # fmt: skip
-                    for s in splits
-                }
-                out["mean"] = mean_of(out)
+                labels = ctx.atlases[unit.item[1]][ctx.kept]
                 out["n_parcels"] = int(np.unique(labels[labels > 0]).size)
                 what = f"atlas {unit.item[1]} ({out['n_parcels']} parcels)"
             else:
-                name, k = unit.item
-                out = {}  # the two directions, then their mean
-                for fitted, held_out in (splits, splits[::-1]):
-                    out[f"{fitted}_on_{held_out}"] = held_out_scores(
-                        wd.load_npy(wd.labels(fitted, name, k)), features[held_out], pairs,
-                        correlations[held_out], A, kept, nulls.get(held_out),
-                    )  # fmt: skip
-                out["mean"] = mean_of(out)
-                what = f"{name} K={k}"
+                what = f"{unit.item[0]} K={unit.item[1]}"
             wd.write_text(unit.outputs[0], json.dumps(out, indent=1))
             log_means("evaluate", what, out["mean"], log)
             yield unit, out
@@ -177,9 +181,9 @@ def vertex_pairs(ctx: RunContext) -> ev.VertexPairs:
     per run (every evaluation stage scores DCBC on them)."""
     if "vertex_pairs" not in ctx.shared:
         V, A = ctx.kept_mesh()
-        pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM, n_jobs=_cores())
-        ctx.log(f"[evaluate] {len(pairs)} vertex pairs within {MAX_DIST_MM:g} mm along the mesh")
-        ctx.shared["vertex_pairs"] = pairs
+        found = ev.geodesic_pairs(V, A, MAX_DIST_MM, n_jobs=_cores())
+        ctx.log(f"[evaluate] {len(found)} vertex pairs within {MAX_DIST_MM:g} mm along the mesh")
+        ctx.shared["vertex_pairs"] = found
     pairs: ev.VertexPairs = ctx.shared["vertex_pairs"]
     return pairs
 
@@ -242,23 +246,165 @@ def spin_nulls(
 ) -> dict[str, ev.SpinNull]:
     """A spin null for each held-out data set, by name: the rotations drawn once, each
     set's data scored under them (none without a sphere or with ``spins: 0``)."""
-    sphere = find_spheres(ctx.meshes, ctx.cfg.sphere)
-    if sphere["spheres"] is None or ctx.cfg.spins <= 0:
+    return _spin_nulls(_NullSettings.of(ctx), ctx.kept, features, pairs, correlations)
+
+
+@dataclass(frozen=True)
+class _NullSettings:
+    """What the spin nulls are drawn from: the spheres (None: no null), the spins and the
+    run's seed. The sample and the rotations depend on these alone, so a null built on
+    one data set equals another's :meth:`~lsd_dask.evaluation.SpinNull.with_data`."""
+
+    spheres: dict[str, np.ndarray] | None
+    spins: int
+    random_state: int
+
+    @classmethod
+    def of(cls, ctx: RunContext) -> _NullSettings:
+        spheres = find_spheres(ctx.meshes, ctx.cfg.sphere)["spheres"]
+        return cls(spheres, ctx.cfg.spins, ctx.cfg.random_state)
+
+
+def _spin_nulls(
+    settings: _NullSettings,
+    kept: np.ndarray,
+    features: dict[str, np.ndarray],
+    pairs: ev.VertexPairs,
+    correlations: dict[str, np.ndarray],
+) -> dict[str, ev.SpinNull]:
+    """:func:`spin_nulls` from its settings (in a task as in this process)."""
+    if settings.spheres is None or settings.spins <= 0:
         return {}
     (first, Z), *others = features.items()
     null = ev.SpinNull(
         Z,
         pairs,
         correlations[first],
-        sphere["spheres"],
-        ctx.kept,
-        n_spins=ctx.cfg.spins,
+        settings.spheres,
+        kept,
+        n_spins=settings.spins,
         n_vertices=NULL_VERTICES,
         n_pairs=NULL_PAIRS,
         bin_width=BIN_WIDTH_MM,
-        random_state=[ctx.cfg.random_state, 2],
+        random_state=[settings.random_state, 2],
     )
     return {first: null, **{s: null.with_data(Zs, correlations[s]) for s, Zs in others}}
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """One parcellation to score on one held-out data set: the unit it belongs to, its
+    direction's key in the unit's JSON, the held-out split, and the labels over every
+    vertex (or their path in the work folder)."""
+
+    unit: str
+    direction: str
+    split: str
+    labels: np.ndarray | str = field(repr=False)
+
+
+def _scorings(ctx: RunContext, todo: list[Unit]) -> list[_Scoring]:
+    """Every (parcellation, held-out data) pair of the units, unit by unit."""
+    splits, kept = list(ctx.splits), ctx.kept
+    jobs = []
+    for unit in todo:
+        if unit.item[0] == "atlas":
+            # fitted on neither split: scored on each split's data
+            labels = np.where(kept, ctx.atlases[unit.item[1]], 0)
+            jobs += [_Scoring(unit.name, f"on_{s}", s, labels) for s in splits]
+        else:
+            name, k = unit.item
+            jobs += [
+                _Scoring(unit.name, f"{fitted}_on_{held}", held, ctx.wd.labels(fitted, name, k))
+                for fitted, held in (splits, splits[::-1])
+            ]
+    return jobs
+
+
+def _score_here(ctx: RunContext, jobs: list[_Scoring]) -> Iterator[tuple[_Scoring, Any]]:
+    """The scorings in this process, in order: the vertex pairs, each split's features,
+    correlations and spin null made once."""
+    wd, kept = ctx.wd, ctx.kept
+    _, A = ctx.kept_mesh(kept)
+    pairs = vertex_pairs(ctx)
+    splits = list(dict.fromkeys(j.split for j in jobs))
+    features = {s: svd_features(wd.load_npy(wd.u(s)), wd.load_npy(wd.s(s))) for s in splits}
+    correlations = {s: ev.pair_correlations(Z, pairs) for s, Z in features.items()}
+    nulls = spin_nulls(ctx, features, pairs, correlations)
+    for j in jobs:
+        labels = wd.load_npy(j.labels) if isinstance(j.labels, str) else j.labels
+        yield j, held_out_scores(
+            labels, features[j.split], pairs, correlations[j.split], A, kept, nulls.get(j.split)
+        )  # fmt: skip
+
+
+def _score_as_tasks(
+    client: Any, ctx: RunContext, jobs: list[_Scoring]
+) -> Iterator[tuple[_Scoring, Any]]:
+    """The scorings as tasks, by held-out split: each task loads its split's features from
+    the work folder, finds the vertex pairs and the spin null itself and scores its share
+    of the parcellations; a split's share is cut into as many tasks as there are worker
+    threads per split. Yields each scoring as its task finishes."""
+    from distributed import as_completed
+
+    wd, kept = ctx.wd, ctx.kept
+    V, A = ctx.kept_mesh(kept)
+    shared = client.scatter([V, A, kept, _NullSettings.of(ctx)], broadcast=True, hash=False)
+    threads = max(1, sum(client.nthreads().values()))
+    splits = list(dict.fromkeys(j.split for j in jobs))
+    futures = {}
+    for split in splits:
+        mine = [j for j in jobs if j.split == split]
+        n_tasks = max(1, min(len(mine), threads // len(splits)))
+        for part in np.array_split(np.arange(len(mine)), n_tasks):
+            share = [mine[i] for i in part]
+            fut = client.submit(
+                _score_on_split, wd.root, wd.folder.storage_options, split, share, *shared,
+                pure=False,
+            )  # fmt: skip
+            futures[fut] = share
+    show_progress(list(futures))
+    ctx.log(
+        f"[evaluate] {len(jobs)} parcellations on held-out data as {len(futures)} tasks "
+        f"on {len(client.nthreads())} workers"
+    )
+    try:
+        for fut in as_completed(futures):
+            yield from zip(futures[fut], fut.result(), strict=True)
+    except BaseException:
+        client.cancel(list(futures))
+        raise
+
+
+def _score_on_split(
+    root: str,
+    storage_options: Any,
+    split: str,
+    jobs: list[_Scoring],
+    V: np.ndarray,
+    A: Any,
+    kept: np.ndarray,
+    nulls: _NullSettings,
+) -> list[Any]:
+    """One task: ``jobs``' parcellations scored on ``split``'s held-out features."""
+    wd = WorkDir(root, lambda line: None, storage_options)
+    Z = svd_features(wd.load_npy(wd.u(split)), wd.load_npy(wd.s(split)))
+    pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM)
+    r = ev.pair_correlations(Z, pairs)
+    null = _spin_nulls(nulls, kept, {split: Z}, pairs, {split: r}).get(split)
+    out = []
+    for j in jobs:
+        labels = wd.load_npy(j.labels) if isinstance(j.labels, str) else j.labels
+        out.append(held_out_scores(labels, Z, pairs, r, A, kept, null))
+    return out
+
+
+def _pair_estimate(ctx: RunContext) -> int:
+    """About how many vertex pairs the scoring finds (the tasks' memory)."""
+    if "vertex_pairs" in ctx.shared:
+        return len(ctx.shared["vertex_pairs"])
+    V, A = ctx.kept_mesh()
+    return ev.pair_count_estimate(V, A, MAX_DIST_MM, random_state=ctx.cfg.random_state)
 
 
 def _with_null(value: float, null: dict[str, Any] | None) -> dict[str, Any]:

@@ -5,7 +5,9 @@ are small, and on the workers, one task per fit or per blur scored, when they ar
 every worker holds them comfortably; otherwise as Dask graphs over row blocks
 (:func:`features_on_workers`). Before any heavy work, workers too small for one ingest or
 SVD task fail the run in one line (:func:`check_worker_memory`): a worker over its pause
-threshold would otherwise wait for memory that never frees, and the run would hang.
+threshold would otherwise wait for memory that never frees, and the run would hang. The
+evaluation scores parcellations as tasks when every worker holds a scoring task per
+thread (:func:`scoring_on_workers`), else in this process.
 """
 
 from __future__ import annotations
@@ -19,8 +21,14 @@ from ..linalg.randomized import svd_task_bytes
 __all__ = [
     "FIT_TASK_MEMORY_FACTOR",
     "IN_MEMORY_FEATURES_BYTES",
+    "SCORING_NULL_BATCH_BYTES",
+    "SCORING_PAIR_BYTES",
+    "SCORING_PAIR_PEAK_BYTES",
+    "SCORING_SPIN_BYTES",
     "check_worker_memory",
     "features_on_workers",
+    "scoring_on_workers",
+    "scoring_task_bytes",
     "task_bytes",
 ]
 
@@ -43,6 +51,46 @@ def features_on_workers(client: Any, nbytes: int) -> bool:
     info = client.scheduler_info(n_workers=-1)["workers"].values()
     limits = [int(w.get("memory_limit") or 0) for w in info]
     return bool(limits) and all(m == 0 or m >= need for m in limits)
+
+
+#: a scoring task's (:mod:`.evaluate`) memory, per vertex pair within DCBC's distance:
+#: held through the task, their ids, distances, bins and held-out correlations (29 bytes);
+#: at a peak, DCBC's gathers and masks (17 bytes) or the bins' float64 distances (16)
+SCORING_PAIR_BYTES = 32
+SCORING_PAIR_PEAK_BYTES = 20
+#: the spin null's peak: its DCBC over 100 spins at a time on its sample of about 60,000
+#: pairs (113 MB), or its homogeneity over batches of spun labels, which grow with the
+#: spins up to 2·10⁷ cells (0.59 GB at 1,000 spins and K = 50; 0.13 GB at K = 400)
+SCORING_NULL_BATCH_BYTES = 120_000_000
+SCORING_SPIN_BYTES = 640_000
+
+
+def scoring_on_workers(client: Any, feature_bytes: int, n_pairs: int, n_spins: int) -> bool:
+    """Whether the evaluation's scorings run as tasks on the workers: every worker holds
+    one scoring task per thread (:func:`scoring_task_bytes`) within its spill target
+    (``distributed.worker.memory.target`` of its limit); otherwise they run in this
+    process."""
+    need = scoring_task_bytes(feature_bytes, n_pairs, n_spins)
+    target = dask.config.get("distributed.worker.memory.target", 0.6) or 1.0
+    info = client.scheduler_info(n_workers=-1)["workers"].values()
+    fits = [
+        int(w.get("memory_limit") or 0) == 0
+        or max(int(w.get("nthreads") or 1), 1) * need <= target * int(w["memory_limit"])
+        for w in info
+    ]
+    return bool(fits) and all(fits)
+
+
+def scoring_task_bytes(feature_bytes: int, n_pairs: int, n_spins: int) -> int:
+    """Peak bytes of one scoring task: held-out features of ``feature_bytes`` and the
+    arrays of ``n_pairs`` vertex pairs, held through the task, and the largest of the
+    transients on top: two more copies of the features (U·Σ and its squares; the
+    silhouette's float64 rows), DCBC's per-pair arrays, or a null of ``n_spins`` spins'
+    batches. At full size (59,784 × 1,000 float32 features, 24.4 million pairs, 1,000
+    spins) tracemalloc measures 0.94 GB held and 1.53 GB at the peak; this gives 1.66 GB."""
+    f, p, spins = int(feature_bytes), int(n_pairs), max(int(n_spins), 0)
+    null = max(SCORING_NULL_BATCH_BYTES if spins else 0, SCORING_SPIN_BYTES * min(spins, 1000))
+    return f + SCORING_PAIR_BYTES * p + max(2 * f, SCORING_PAIR_PEAK_BYTES * p, null)
 
 
 #: bytes an ingest task holds at its peak per value of a subject's data, measured with

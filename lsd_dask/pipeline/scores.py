@@ -15,11 +15,14 @@ Both splits' labels are first split into connected regions on the mesh and regio
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from .. import metrics
+from ..distributed import active_client, show_progress
 from ..spin import find_spheres, spin_indices, spin_labels
 from ..surface import grow_sized_regions, split_connected
 from .evaluate_halves import time_halves_rows
@@ -74,7 +77,7 @@ def score_pair(
     rng = np.random.default_rng(seed)
     sizes = np.bincount(pb)[1:]
     sizes = sizes[sizes > 0]
-    nulls = {"null": []}
+    nulls: dict[str, list[np.ndarray]] = {"null": []}
     for _ in range(int(null_repeats)):
         q = grow_sized_regions(adjacency, sizes, random_state=rng, mask=kept)
         nulls["null"].append(q)
@@ -157,35 +160,65 @@ def _nmi(pa: np.ndarray, q: np.ndarray) -> float:
 
 
 def _scores(ctx: RunContext, spins: list[np.ndarray] | None) -> list[dict[str, Any]]:
-    """Split-half scores of every method and K (:func:`.scores.score_pair`)."""
-    cfg, wd, log, kept, A = ctx.cfg, ctx.wd, ctx.log, ctx.kept, ctx.adjacency
-    splits = list(ctx.splits)
-    rows = []
-    for method in (m.name for m in cfg.methods):
-        for k in cfg.ks:
-            a, b = (wd.load_npy(wd.labels(s, method, k)) for s in splits)
-            row = {"method": method, "k": k}
-            row |= score_pair(
-                a,
-                b,
-                kept=kept,
-                adjacency=A,
-                min_region_size=cfg.min_region_size,
-                null_repeats=cfg.null_repeats,
-                seed=[cfg.random_state, k],
-                spins=spins,
-            )
-            row |= _held_out(ctx, method, k)
-            row |= time_halves_rows(ctx, method, k)
-            rows.append(row)
-            spin = f", spin null {row['spin_null_dice_mean']:.3f}" if spins else ""
-            log(
-                f"[scores] {method} K={k}: Dice {row['dice']:.3f} (null "
-                f"{row['null_dice_mean']:.3f} ± {row['null_dice_sd']:.3f}{spin}), NMI "
-                f"{row['nmi']:.3f} (null {row['null_nmi_mean']:.3f}), AMI {row['ami']:.3f}, "
-                f"ARI {row['ari']:.3f}"
-            )
-    return rows
+    """Split-half scores of every method and K (:func:`.scores.score_pair`), in the
+    configuration's order; as tasks on the workers when a cluster is active."""
+    cfg, log = ctx.cfg, ctx.log
+    rows = {}
+    for (method, k), scored in _score_pairs(ctx, spins):
+        row = {"method": method, "k": k}
+        row |= scored
+        row |= _held_out(ctx, method, k)
+        row |= time_halves_rows(ctx, method, k)
+        rows[method, k] = row
+        spin = f", spin null {row['spin_null_dice_mean']:.3f}" if spins else ""
+        log(
+            f"[scores] {method} K={k}: Dice {row['dice']:.3f} (null "
+            f"{row['null_dice_mean']:.3f} ± {row['null_dice_sd']:.3f}{spin}), NMI "
+            f"{row['nmi']:.3f} (null {row['null_nmi_mean']:.3f}), AMI {row['ami']:.3f}, "
+            f"ARI {row['ari']:.3f}"
+        )
+    return [rows[m.name, k] for m in cfg.methods for k in cfg.ks]
+
+
+def _score_pairs(
+    ctx: RunContext, spins: list[np.ndarray] | None
+) -> Iterator[tuple[tuple[str, int], dict[str, Any]]]:
+    """Each (method, K)'s :func:`score_pair`, as it is done: a task each on the workers
+    (the mesh and the spins sent once), else here one after the other."""
+    cfg, wd, splits = ctx.cfg, ctx.wd, list(ctx.splits)
+    jobs = [(m.name, k) for m in cfg.methods for k in cfg.ks]
+    score = partial(score_pair, min_region_size=cfg.min_region_size, null_repeats=cfg.null_repeats)
+
+    def labels(job: tuple[str, int]) -> list[np.ndarray]:
+        return [wd.load_npy(wd.labels(s, *job)) for s in splits]
+
+    client = active_client()
+    if client is None:
+        for job in jobs:
+            a, b = labels(job)
+            seed = [cfg.random_state, job[1]]
+            yield job, score(a, b, kept=ctx.kept, adjacency=ctx.adjacency, seed=seed, spins=spins)
+        return
+    from distributed import as_completed
+
+    kept, adjacency, spun = client.scatter(
+        [ctx.kept, ctx.adjacency, spins], broadcast=True, hash=False
+    )
+    futures = {}
+    for job in jobs:
+        a, b = labels(job)
+        seed = [cfg.random_state, job[1]]
+        fut = client.submit(
+            score, a, b, kept=kept, adjacency=adjacency, seed=seed, spins=spun, pure=False
+        )
+        futures[fut] = job
+    show_progress(list(futures))
+    try:
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
+    except BaseException:
+        client.cancel(list(futures))
+        raise
 
 
 def _held_out(ctx: RunContext, method: str, k: int) -> dict[str, Any]:

@@ -145,6 +145,48 @@ def test_time_halves_score_each_half_fit_on_the_other_half(tmp_path, study):
     assert "[evaluate_halves] directional K=6 (time halves) done earlier, skipped" in logs
 
 
+def test_scores_made_as_tasks_on_workers_equal_those_made_here(tmp_path, study, scheduler_address):
+    """With a cluster, the held-out scorings run as tasks by held-out split (each finds
+    the pairs, the sample and the spins itself) and the split-half scores as a task per
+    method and K: on the same labels they write what this process writes."""
+    import shutil
+
+    import yaml
+    from distributed import Client
+
+    from lsd_dask.io.surface_files import write_label_gifti
+
+    path = write_study(study, tmp_path, fmt="gifti")
+    n_left = study.meshes["left"].n_vertices
+    write_label_gifti(tmp_path / "truth.L.label.gii", study.labels[:n_left], hemisphere="left")
+    write_label_gifti(tmp_path / "truth.R.label.gii", study.labels[n_left:], hemisphere="right")
+    raw = yaml.safe_load(path.read_text())
+    raw["compare_atlases"] = [
+        {"name": "truth", "left": "truth.L.label.gii", "right": "truth.R.label.gii"}
+    ]
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path, ks=[5, 10], null_repeats=3, spins=200)
+    here = run_pipeline(cfg, log=lambda line: None)
+    work = cfg.output / "work"
+    names = ["directional_K5.json", "directional_K10.json", "atlas_truth.json"]
+    saved = {n: json.loads((work / "evaluation" / n).read_text()) for n in names}
+    # the same run again with the scores only to make, on the workers
+    shutil.rmtree(work / "evaluation")
+    for stamp in (work / "stamps").glob("evaluate__*"):
+        stamp.unlink()
+    logs: list[str] = []
+    with Client(scheduler_address):
+        there = run_pipeline(cfg, log=logs.append)
+    assert "[evaluate] 6 parcellations on held-out data as 2 tasks on 2 workers" in logs
+    assert "[cluster] split1 directional K=5 done earlier, skipped" in logs
+    # equal up to the float32 products' order (a worker's BLAS runs on one thread)
+    for n in names:
+        _assert_close(json.loads((work / "evaluation" / n).read_text()), saved[n])
+    assert len(there["scores"]) == len(here["scores"]) == 2
+    for a, b in zip(there["scores"] + there["atlases"], here["scores"] + here["atlases"]):
+        _assert_close(a, b)
+
+
 @pytest.mark.parametrize("value", ["[]", "[splits, splits]", "[halves]", "3"])
 def test_held_out_names_what_it_may_hold(tmp_path, study, value):
     write_study(study, tmp_path, fmt="gifti")
@@ -162,3 +204,29 @@ def _kept_mesh_and_pairs(study, kept):
     A = mesh_adjacency([m["left"].faces, m["right"].faces], sizes)[kept][:, kept].tocsr()
     V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
     return V, A, ev.geodesic_pairs(V, A, MAX_DIST_MM)
+
+
+def _assert_close(got, want):
+    """Equal keys and values; numbers within 1e-6 (relative) or 1e-7 (the spin null's
+    float32 DCBC sums near 0) of each other."""
+    got, want = _flat(got), _flat(want)
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        g = got[key]
+        if isinstance(w, float) and isinstance(g, float):
+            assert g == pytest.approx(w, rel=1e-6, abs=1e-7, nan_ok=True), key
+        else:
+            assert g == w, key
+
+
+def _flat(d, prefix=""):
+    """A nested dict's leaves by their path; lists as their items."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _flat(v, f"{prefix}{k}.")
+        elif isinstance(v, list):
+            out |= {f"{prefix}{k}.{i}": x for i, x in enumerate(v)}
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

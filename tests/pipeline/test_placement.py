@@ -74,6 +74,44 @@ def test_an_svd_task_allocates_no_more_than_its_estimate():
     assert peak <= 2 * task_bytes(n, t, rank, False)["svd"], peak
 
 
+def test_a_scoring_task_allocates_no_more_than_its_estimate(tmp_path):
+    """One held-out scoring task (its split's features loaded, the pairs, the spin null
+    and two parcellations scored) peaks within the estimate from its features' bytes and
+    the pairs, and not far below it: tracemalloc on a second run of the task."""
+    from lsd_dask import evaluation as ev
+    from lsd_dask.pipeline import evaluate as E
+    from lsd_dask.pipeline import load_config, run_pipeline
+    from lsd_dask.pipeline.placement import scoring_task_bytes
+    from lsd_dask.pipeline.preflight import preflight
+    from lsd_dask.pipeline.stages import RunContext
+
+    from lsd_dask.datasets import surface_study
+    from lsd_dask.surface import two_hemisphere_mesh
+
+    # 2 × 2,562 vertices: about 0.8 million pairs, whose bytes the estimate is mostly of
+    # (a vertex × vertex float64 matrix would be 210 MB against its 0.1 GB)
+    study = surface_study(
+        two_hemisphere_mesh(16, radius=50.0), n_parcels=10, n_subjects=(2, 2),
+        n_timepoints=60, medial_wall_fraction=0.1, random_state=0,
+    )  # fmt: skip
+    write_study(study, tmp_path, fmt="gifti")
+    cfg = load_config(tmp_path / "pipeline.yaml", ks=[5, 10], null_repeats=0, spins=100)
+    run_pipeline(cfg, log=lambda line: None)
+    with RunContext.open(cfg, lambda line: None, preflight(cfg)[0]) as ctx:
+        units = E.EvaluationStage().plan(ctx)
+        jobs = [j for j in E._scorings(ctx, units) if j.split == "split2"]
+        V, A = ctx.kept_mesh()
+        args = (ctx.wd.root, None, "split2", jobs, V, A, ctx.kept, E._NullSettings.of(ctx))
+        E._score_on_split(*args)
+        tracemalloc.start()
+        E._score_on_split(*args)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        n_pairs = len(ev.geodesic_pairs(V, A, E.MAX_DIST_MM))
+        need = scoring_task_bytes(np.load(ctx.wd.u("split2")).nbytes, n_pairs, cfg.spins)
+    assert 0.3 * need < peak <= need, (peak, need, n_pairs)
+
+
 def test_workers_below_one_tasks_memory_fail_in_one_line_before_ingest(tmp_path, study):
     """Workers of 80 MB (each uses more than that at rest) pause and never resume: the run
     stops before ingest, in one line giving the memory needed, in bounded time (the check's
