@@ -36,6 +36,8 @@ def main() -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--methods", nargs="+", default=["directional", "spherical_kmeans"])
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--algorithm", help="the estimators' algorithm (default: theirs), e.g. "
+                    "'lloyd' for spherical k-means' every-row steps")
     ap.add_argument("--mesh", type=Path, nargs=2, metavar=("LEFT", "RIGHT"))
     args = ap.parse_args()
     U = np.load(args.work / f"{args.split}_U.npy")
@@ -51,11 +53,14 @@ def main() -> None:
         gflops = 2 * 4000 * 4000 * 1000 / (time.perf_counter() - t0) / 1e9
         print(f"{n} x {d} features; float32 GEMM {gflops:.0f} GFLOP/s on one thread")
         spatial: list[tuple[str, int, float, dict[str, float]]] = []
-        print("| method | K | seconds | iterations | s / iteration | bound / iteration |")
-        print("|---|---|---|---|---|---|")
+        print("| method | K | seconds | iterations | s / iteration | bound / iteration "
+              "| rows checked, last 5 iterations |")
+        print("|---|---|---|---|---|---|---|")
         for method in args.methods:
             for k in args.ks:
                 est = estimators[method](n_clusters=k, random_state=0)
+                if args.algorithm:
+                    est.set_params(algorithm=args.algorithm)
                 prof = cProfile.Profile() if args.profile else None
                 t0 = time.perf_counter()
                 if prof:
@@ -66,7 +71,10 @@ def main() -> None:
                 sec = time.perf_counter() - t0
                 it = int(est.n_iter_)
                 bound = 2 * n * d * k / (gflops * 1e9)
-                print(f"| {method} | {k} | {sec:.1f} | {it} | {sec / it:.2f} | {bound:.2f} |")
+                checked = getattr(est, "rows_checked_", None)
+                share = " ".join(f"{c / n:.2f}" for c in checked[-5:]) if checked else "all"
+                print(f"| {method} | {k} | {sec:.1f} | {it} | {sec / it:.2f} | {bound:.2f} "
+                      f"| {share} |")
                 if prof:
                     pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
                 if args.mesh:

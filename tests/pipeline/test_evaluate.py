@@ -183,7 +183,8 @@ def test_scores_made_as_tasks_on_workers_equal_those_made_here(tmp_path, study, 
     for n in names:
         _assert_close(json.loads((work / "evaluation" / n).read_text()), saved[n])
     assert len(there["scores"]) == len(here["scores"]) == 2
-    for a, b in zip(there["scores"] + there["atlases"], here["scores"] + here["atlases"]):
+    pairs = zip(there["scores"] + there["atlases"], here["scores"] + here["atlases"], strict=True)
+    for a, b in pairs:
         _assert_close(a, b)
 
 

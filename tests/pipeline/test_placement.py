@@ -79,17 +79,16 @@ def test_a_scoring_task_allocates_no_more_than_its_estimate(tmp_path):
     and two parcellations scored) peaks within the estimate from its features' bytes and
     the pairs, and not far below it: tracemalloc on a second run of the task."""
     from lsd_dask import evaluation as ev
+    from lsd_dask.datasets import surface_study
     from lsd_dask.pipeline import evaluate as E
     from lsd_dask.pipeline import load_config, run_pipeline
     from lsd_dask.pipeline.placement import scoring_task_bytes
     from lsd_dask.pipeline.preflight import preflight
     from lsd_dask.pipeline.stages import RunContext
-
-    from lsd_dask.datasets import surface_study
     from lsd_dask.surface import two_hemisphere_mesh
 
-    # 2 × 2,562 vertices: about 0.8 million pairs, whose bytes the estimate is mostly of
-    # (a vertex × vertex float64 matrix would be 210 MB against its 0.1 GB)
+    # 2 × 2,562 vertices (4,610 kept): 0.57 million pairs; the estimate is 0.14 GB, and
+    # a vertex × vertex float64 matrix alone would be 0.17 GB
     study = surface_study(
         two_hemisphere_mesh(16, radius=50.0), n_parcels=10, n_subjects=(2, 2),
         n_timepoints=60, medial_wall_fraction=0.1, random_state=0,
