@@ -482,19 +482,24 @@ class _DaskPasses:
 class _BlockPasses:
     """X as a column-block source, with the reads inside the tasks.
 
-    The column blocks are split into one contiguous group per worker thread; a task per
-    group reads its blocks one at a time into a reused buffer and accumulates the n × l
-    result in place, so a pass moves only the group results (one n × l array each)
-    between workers, and allocates its large buffers once per group rather than once per
-    block (fresh allocations cost page faults comparable to the reads here).
+    The columns are split into one contiguous group of equal width per worker thread (a
+    column block across a group's edge is read in two pieces, one by each group: 33
+    subjects on 2 threads are 16.5 each, not 17 and 16); a task per group reads its
+    pieces one at a time into a reused buffer and accumulates the n × l result in place,
+    so a pass moves only the group results (one n × l array each) between workers, and
+    allocates its large buffers once per group rather than once per block (fresh
+    allocations cost page faults comparable to the reads here). The basis is kept in one
+    row block per thread (each at least l rows): its QR is one factorisation per thread,
+    and each group task takes the blocks as they are, with no n × l copy of the whole
+    gathered on one worker first.
     """
 
     def __init__(self, z: Any, l: int, seed: int, dtype: Any, persist: bool) -> None:
         n = z.shape[0]
-        bounds = _column_bounds(z, dtype)
-        groups = [g for g in np.array_split(np.arange(len(bounds)), _n_threads()) if g.size]
-        self.spans = [[bounds[i] for i in g] for g in groups]
-        self.row_chunks = tuple(np.diff([*range(0, n, z.chunks[0]), n]).tolist())
+        threads = _n_threads()
+        self.spans = _equal_groups(_column_bounds(z, dtype), threads)
+        parts = max(1, min(threads, n // max(l, 1)))
+        self.row_chunks = tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
         self.z, self.l, self.seed, self.dtype, self.eager = z, l, seed, dtype, persist
 
     def sketch(self) -> Any:
@@ -529,7 +534,7 @@ class _BlockPasses:
 
     def _tasks(self, kind: str, W: Any = None) -> list[Any]:
         if W is not None and is_dask(W):
-            W = W.rechunk({0: -1}).to_delayed().ravel()[0]  # one n × l block per task
+            W = list(W.to_delayed().ravel())  # its row blocks, in order
         elif W is not None:
             W = delayed(W, pure=True)  # one key that every group task shares
         return [
@@ -571,7 +576,7 @@ def _group_pass(
         elif kind == "times":
             np.matmul(x, W[a:b].astype(dtype, copy=False), out=tmp)
         else:
-            w = x.T @ W
+            w = _transpose_times(_row_pieces(x, W), W) if isinstance(W, list) else x.T @ W
             if kind != "power":
                 out.append(w)
             if kind == "transpose":
@@ -583,6 +588,25 @@ def _group_pass(
         assert acc is not None
         return acc[None], out
     return out if acc is None else acc[None]
+
+
+def _equal_groups(bounds: list[tuple[int, int]], n_groups: int) -> list[list[tuple[int, int]]]:
+    """``n_groups`` contiguous runs of the columns of ``bounds``, of equal width (±1); a
+    block across a run's edge goes in two pieces, one to each run."""
+    m = bounds[-1][1] if bounds else 0
+    edges = np.linspace(0, m, max(n_groups, 1) + 1).round().astype(int).tolist()
+    groups = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        pieces = [(max(a, lo), min(b, hi)) for a, b in bounds if a < hi and b > lo]
+        if pieces:
+            groups.append(pieces)
+    return groups
+
+
+def _row_pieces(x: np.ndarray, blocks: list[np.ndarray]) -> list[np.ndarray]:
+    """The rows of x cut as ``blocks`` are (views)."""
+    cuts = np.cumsum([0, *(b.shape[0] for b in blocks)])
+    return [x[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
 def _column_bounds(z: Any, dtype: Any) -> list[Any]:

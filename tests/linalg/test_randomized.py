@@ -4,6 +4,8 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lsd_dask.io import open_split, write_split
 from lsd_dask.linalg.randomized import randomized_svd, streaming_svd
@@ -276,10 +278,34 @@ class _InMemoryBlocks:
         return out
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    widths=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    n_groups=st.integers(1, 9),
+)
+def test_equal_groups_cover_the_columns_once_in_runs_of_equal_width(widths, n_groups):
+    """Every column in exactly one piece, in order; each piece inside one block; the runs
+    of equal width (±1), at most ``n_groups`` of them."""
+    from lsd_dask.linalg.randomized import _equal_groups
+
+    edges = np.cumsum([0, *widths]).tolist()
+    bounds = list(zip(edges[:-1], edges[1:], strict=True))
+    groups = _equal_groups(bounds, n_groups)
+    pieces = [p for g in groups for p in g]
+    assert [a for a, _ in pieces] == [0] + [b for _, b in pieces[:-1]]
+    assert pieces[-1][1] == edges[-1] and all(a < b for a, b in pieces)
+    assert all(any(a <= lo and hi <= b for a, b in bounds) for lo, hi in pieces)
+    runs = [g[-1][1] - g[0][0] for g in groups]
+    assert max(runs) - min(runs) <= 1
+    assert len(groups) == min(n_groups, edges[-1])
+
+
+@pytest.mark.parametrize("width", [50, 57])
 @pytest.mark.parametrize("fuse", [True, False])
-def test_one_range_finder_for_every_kind_of_input(store, fuse):
+def test_one_range_finder_for_every_kind_of_input(store, fuse, width):
     """numpy, dask and a column-block source run the same loop from the same Ω: the same
-    Bt = Xᵀ Q and the same basis, with fused or unfused power iterations."""
+    Bt = Xᵀ Q and the same basis, with fused or unfused power iterations (57-column
+    blocks: groups of equal width cut some of them in two)."""
     from lsd_dask.linalg.randomized import (
         _BlockPasses,
         _DaskPasses,
@@ -293,7 +319,7 @@ def test_one_range_finder_for_every_kind_of_input(store, fuse):
     runs = {
         "numpy": _NumpyPasses(X, l, seed),
         "dask": _DaskPasses(da.from_array(X, chunks=(128, 50)), l, seed, True),
-        "blocks": _BlockPasses(_InMemoryBlocks(X, (128, 50)), l, seed, np.float64, True),
+        "blocks": _BlockPasses(_InMemoryBlocks(X, (128, width)), l, seed, np.float64, True),
     }
     lines = []
     out = {
