@@ -95,7 +95,8 @@ def scoring_task_bytes(feature_bytes: int, n_pairs: int, n_spins: int) -> int:
 
 #: bytes an ingest task holds at its peak per value of a subject's data, measured with
 #: tracemalloc on a 20,000 x 200 subject: 15.4 from GIFTI (nibabel's per-array decode and
-#: the stacked copy), 12.3 from CIFTI; the standardised float32 copy is in both
+#: the stacked copy), 9.1 from CIFTI (12.3 when the standardisation went 4,096 rows at a
+#: time in float64); the standardised float32 copy is in both
 INGEST_BYTES_PER_VALUE = 16
 #: the same with preprocessing (detrending, band-pass: the float64 copy cleaned in place and
 #: nilearn's copies of one block of vertices), 25.9 from CIFTI

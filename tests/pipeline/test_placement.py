@@ -52,7 +52,9 @@ def test_an_ingest_task_allocates_no_more_than_its_estimate(tmp_path, kind, prep
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     need = task_bytes(2 * n1, t, 10, preprocess)["ingest"]
-    assert 0.6 * need < peak <= need, (peak, need)
+    # one estimate for both formats: GIFTI's decode holds more than CIFTI's read
+    floor = 0.5 if kind == "cifti" and not preprocess else 0.6
+    assert floor * need < peak <= need, (peak, need)
 
 
 def test_an_svd_task_allocates_no_more_than_its_estimate():
