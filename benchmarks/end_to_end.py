@@ -10,10 +10,8 @@ Per stage it reports the seconds (``report.json``), the peak resident memory of 
 and of each worker and the bytes the client and the workers read from disk (``/proc/<pid>/io``),
 sampled every 0.5 s and attributed to the stage whose log line came last, beside the
 stage's bound:
-- mask and ingest: the input bytes read and the split stores' bytes written, at the disk's
-  rate (``--disk-gbps``, 0.5 by default: the development machine's one disk reads 0.4–0.6
-  GB/s cold and writes 0.51 GB/s, ``dd if=/dev/zero of=<file> bs=64M count=48
-  conv=fdatasync``; reads and writes share it);
+- mask and ingest: the input bytes at the disk's cold read rate (``--disk-gbps``; 0.4–0.6
+  GB/s measured on the development machine, 0.5 by default);
 - svd: the GEMM work ``(2 q + 2) × 2 n m l`` per split (``2 q + 1`` products without the
   final pass, the pipeline's default) at the float32 rate measured at the
   start of the same run, with as many threads as workers; then the same
@@ -145,8 +143,6 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     timings = report["timings_s"]
     rank = report["svd"]["split1"]["rank"]
     input_bytes = sum(Path(p).stat().st_size for s in cfg.subjects for p in s.paths)
-    stores = (out / "work").glob("*.zarr")
-    store_bytes = sum(f.stat().st_size for st in stores for f in st.rglob("*") if f.is_file())
     n_kept = report["mask"]["n_vertices"] - report["mask"]["n_masked"]
     m = sum(v["timepoints"] for v in report["mask"]["per_subject"].values()) // 2
     l_cols = rank + 10
@@ -155,7 +151,7 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     svd_flops = 2 * products * 2 * n_kept * m * l_cols
     fit_flops = sum(2 * n_kept * rank * k * it for k, _, it in fits)
     bounds = {
-        "mask_ingest": (input_bytes + store_bytes) / (args.disk_gbps * 1e9),
+        "mask_ingest": input_bytes / (args.disk_gbps * 1e9),
         "svd": svd_flops / (gflops * 1e9),
         "cluster": fit_flops / (gflops * 1e9),
     }
@@ -165,7 +161,6 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
         "cold": args.cold,
         "gemm_gflops": gflops,
         "input_gb": input_bytes / 1e9,
-        "store_gb": store_bytes / 1e9,
         "timings_s": timings,
         "total_s": timings["total"],
         "bounds_s": bounds,
