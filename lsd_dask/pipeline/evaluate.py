@@ -22,6 +22,12 @@ correlations are computed once per run and shared by every parcellation.
 ``evaluate/atlas/<name>``: each comparison atlas (:mod:`.atlases`), fitted on neither
 split, on each split's features; the mean of the two is its row, shown beside the methods
 at the run's K nearest its parcel count (:func:`atlas_rows`).
+
+Where the scoring runs: on a cluster whose workers each hold one scoring task per thread
+(:func:`~lsd_dask.pipeline.placement.scoring_on_workers`: the features, the vertex pairs,
+the spins), as tasks by held-out split, each finding the pairs and the spin null itself
+(they depend on the mesh, the spheres and the seed alone, so every task draws the same);
+otherwise in this process, with the pairs and the rotations made once.
 """
 
 from __future__ import annotations
