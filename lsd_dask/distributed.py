@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from ._validation import Array
 __all__ = [
     "active_client",
     "task_location",
+    "finished",
     "show_progress",
     "scattered_rows",
     "connect",
@@ -130,6 +131,22 @@ def show_progress(futures: list[Any]) -> bool:
     # progress() returns the widget; a notebook shows it only when it is displayed
     display(progress(futures, notebook=True, multi=False))
     return True
+
+
+def finished(client: Any, futures: dict[Any, Any]) -> Iterator[tuple[Any, Any]]:
+    """``(tag, result)`` for each of ``futures`` (future -> tag) as it finishes, with
+    :func:`show_progress` in a notebook; on an error, or when the caller stops early, the
+    futures not yet finished are cancelled (none is left running for a run that is over).
+    """
+    from distributed import as_completed
+
+    show_progress(list(futures))
+    try:
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
+    except BaseException:
+        client.cancel(list(futures))
+        raise
 
 
 def task_location() -> str:

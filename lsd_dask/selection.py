@@ -37,6 +37,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from .cluster import SphericalKMeans
+from .distributed import finished
 from .linalg.reductions import cluster_sums
 from .similarity import unit_rows
 from .surface import smooth_on_mesh, smoothing_steps
@@ -172,15 +173,13 @@ def choose_feature_blur(
         for g, n in enumerate(steps):
             done(g, _held_out_errors(n, features_a, features_b, adjacency, *fit))
     else:
-        from distributed import as_completed
-
         a, b, A = _on_workers(client, features_a, features_b, adjacency)
         futures = {
             client.submit(_held_out_errors, n, a, b, A, *fit, pure=False): g
             for g, n in enumerate(steps)
         }
-        for fut in as_completed(futures):
-            done(futures[fut], fut.result())
+        for g, row in finished(client, futures):
+            done(g, row)
     chosen = _least_within_tolerance(grid, errors, rtol)
     return BlurChoice(chosen, grid, errors, steps, int(n_clusters), rtol)
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from .. import __version__
 from .. import evaluation as ev
-from ..distributed import active_client, show_progress
+from ..distributed import active_client, finished
 from ..spin import find_spheres
 from . import placement
 from .stages import RunContext, Unit
@@ -145,18 +145,20 @@ class EvaluationStage:
             done = _score_as_tasks(client, ctx, jobs)
         else:
             done = _score_here(ctx, jobs)
+        units = {u.name: u for u in todo}
+        kept = ctx.kept
         for job, scores in done:
             parts[job.unit][job.direction] = scores
             if len(parts[job.unit]) < expected[job.unit]:
                 continue
-            unit = next(u for u in todo if u.name == job.unit)
+            unit = units[job.unit]
             # the directions in the plan's order, then their mean
             out: dict[str, Any] = {
                 j.direction: parts[unit.name][j.direction] for j in jobs if j.unit == unit.name
             }
             out["mean"] = mean_of(out)
             if unit.item[0] == "atlas":
-                labels = ctx.atlases[unit.item[1]][ctx.kept]
+                labels = ctx.atlases[unit.item[1]][kept]
                 out["n_parcels"] = int(np.unique(labels[labels > 0]).size)
                 what = f"atlas {unit.item[1]} ({out['n_parcels']} parcels)"
             else:
@@ -308,6 +310,10 @@ class _Scoring:
     split: str
     labels: np.ndarray | str = field(repr=False)
 
+    def labels_in(self, wd: WorkDir) -> np.ndarray:
+        """The labels, read from ``wd`` when they are a path."""
+        return wd.load_npy(self.labels) if isinstance(self.labels, str) else self.labels
+
 
 def _scorings(ctx: RunContext, todo: list[Unit]) -> list[_Scoring]:
     """Every (parcellation, held-out data) pair of the units, unit by unit."""
@@ -338,9 +344,9 @@ def _score_here(ctx: RunContext, jobs: list[_Scoring]) -> Iterator[tuple[_Scorin
     correlations = {s: ev.pair_correlations(Z, pairs) for s, Z in features.items()}
     nulls = spin_nulls(ctx, features, pairs, correlations)
     for j in jobs:
-        labels = wd.load_npy(j.labels) if isinstance(j.labels, str) else j.labels
         yield j, held_out_scores(
-            labels, features[j.split], pairs, correlations[j.split], A, kept, nulls.get(j.split)
+            j.labels_in(wd), features[j.split], pairs, correlations[j.split], A, kept,
+            nulls.get(j.split),
         )  # fmt: skip
 
 
@@ -351,8 +357,6 @@ def _score_as_tasks(
     the work folder, finds the vertex pairs and the spin null itself and scores its share
     of the parcellations; a split's share is cut into as many tasks as there are worker
     threads per split. Yields each scoring as its task finishes."""
-    from distributed import as_completed
-
     wd, kept = ctx.wd, ctx.kept
     V, A = ctx.kept_mesh(kept)
     shared = client.scatter([V, A, kept, _NullSettings.of(ctx)], broadcast=True, hash=False)
@@ -369,17 +373,12 @@ def _score_as_tasks(
                 pure=False,
             )  # fmt: skip
             futures[fut] = share
-    show_progress(list(futures))
     ctx.log(
         f"[evaluate] {len(jobs)} parcellations on held-out data as {len(futures)} tasks "
         f"on {len(client.nthreads())} workers"
     )
-    try:
-        for fut in as_completed(futures):
-            yield from zip(futures[fut], fut.result(), strict=True)
-    except BaseException:
-        client.cancel(list(futures))
-        raise
+    for share, results in finished(client, futures):
+        yield from zip(share, results, strict=True)
 
 
 def _score_on_split(
@@ -398,11 +397,7 @@ def _score_on_split(
     pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM)
     r = ev.pair_correlations(Z, pairs)
     null = _spin_nulls(nulls, kept, {split: Z}, pairs, {split: r}).get(split)
-    out = []
-    for j in jobs:
-        labels = wd.load_npy(j.labels) if isinstance(j.labels, str) else j.labels
-        out.append(held_out_scores(labels, Z, pairs, r, A, kept, null))
-    return out
+    return [held_out_scores(j.labels_in(wd), Z, pairs, r, A, kept, null) for j in jobs]
 
 
 def _pair_estimate(ctx: RunContext) -> int:

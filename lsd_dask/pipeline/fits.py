@@ -27,7 +27,7 @@ import scipy.sparse as sp
 
 from .. import __version__
 from ..cluster import MeshParcellation
-from ..distributed import active_client, scattered_rows, show_progress, task_location
+from ..distributed import active_client, finished, scattered_rows, task_location
 from . import placement
 from ._log import Log, bar
 from .blur import chosen_blurs
@@ -180,8 +180,6 @@ def _fit_as_tasks(
 ) -> Iterator[tuple[FitJob, dict[str, Any]]]:
     """Every fit as one task; each features set loaded by a worker, then copied to all.
     Yields each fit as it finishes, its labels saved."""
-    from distributed import as_completed
-
     (shared_kept,) = client.scatter([kept], broadcast=True, hash=False)
     loads: dict[Any, Any] = {}
     for j in todo:
@@ -196,16 +194,10 @@ def _fit_as_tasks(
         for j in (j for j in todo if j.which == which):
             futures[client.submit(fit_labels, j.est, fut, shared_kept, pure=False)] = j
     loads.clear()  # the fits hold the features; they are released as the fits finish
-    show_progress(list(futures))
     log(f"[cluster] {len(futures)} fits as tasks on {len(client.nthreads())} workers")
-    try:
-        for i, fut in enumerate(as_completed(futures), 1):
-            out = fut.result()
-            _save(wd, futures[fut], out, log, bar(i, len(futures)))
-            yield futures[fut], out
-    except BaseException:
-        client.cancel(list(futures))
-        raise
+    for i, (j, out) in enumerate(finished(client, futures), 1):
+        _save(wd, j, out, log, bar(i, len(futures)))
+        yield j, out
 
 
 def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) -> None:

@@ -48,9 +48,8 @@ def features_on_workers(client: Any, nbytes: int) -> bool:
     if nbytes <= IN_MEMORY_FEATURES_BYTES:
         return False
     need = FIT_TASK_MEMORY_FACTOR * nbytes
-    info = client.scheduler_info(n_workers=-1)["workers"].values()
-    limits = [int(w.get("memory_limit") or 0) for w in info]
-    return bool(limits) and all(m == 0 or m >= need for m in limits)
+    limits = _limits_and_threads(client)
+    return bool(limits) and all(m == 0 or m >= need for m, _ in limits)
 
 
 #: a scoring task's (:mod:`.evaluate`) memory, per vertex pair within DCBC's distance:
@@ -72,13 +71,8 @@ def scoring_on_workers(client: Any, feature_bytes: int, n_pairs: int, n_spins: i
     process."""
     need = scoring_task_bytes(feature_bytes, n_pairs, n_spins)
     target = dask.config.get("distributed.worker.memory.target", 0.6) or 1.0
-    info = client.scheduler_info(n_workers=-1)["workers"].values()
-    fits = [
-        int(w.get("memory_limit") or 0) == 0
-        or max(int(w.get("nthreads") or 1), 1) * need <= target * int(w["memory_limit"])
-        for w in info
-    ]
-    return bool(fits) and all(fits)
+    limits = _limits_and_threads(client)
+    return bool(limits) and all(m == 0 or t * need <= target * m for m, t in limits)
 
 
 def scoring_task_bytes(feature_bytes: int, n_pairs: int, n_spins: int) -> int:
@@ -214,3 +208,9 @@ def _resident_with_task_code(dask_worker: Any) -> int:
     from . import reading  # noqa: F401  (the import is the point)
 
     return int(dask_worker.monitor.proc.memory_info().rss)
+
+
+def _limits_and_threads(client: Any) -> list[tuple[int, int]]:
+    """Each worker's memory limit (0: none) and threads, as the scheduler reports them."""
+    info = client.scheduler_info(n_workers=-1)["workers"].values()
+    return [(int(w.get("memory_limit") or 0), max(int(w.get("nthreads") or 1), 1)) for w in info]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import metrics
-from ..distributed import active_client, show_progress
+from ..distributed import active_client, finished
 from ..spin import find_spheres, spin_indices, spin_labels
 from ..surface import grow_sized_regions, split_connected
 from .evaluate_halves import time_halves_rows
@@ -189,36 +189,24 @@ def _score_pairs(
     jobs = [(m.name, k) for m in cfg.methods for k in cfg.ks]
     score = partial(score_pair, min_region_size=cfg.min_region_size, null_repeats=cfg.null_repeats)
 
-    def labels(job: tuple[str, int]) -> list[np.ndarray]:
-        return [wd.load_npy(wd.labels(s, *job)) for s in splits]
-
     client = active_client()
-    if client is None:
-        for job in jobs:
-            a, b = labels(job)
-            seed = [cfg.random_state, job[1]]
-            yield job, score(a, b, kept=ctx.kept, adjacency=ctx.adjacency, seed=seed, spins=spins)
-        return
-    from distributed import as_completed
-
-    kept, adjacency, spun = client.scatter(
-        [ctx.kept, ctx.adjacency, spins], broadcast=True, hash=False
-    )
+    shared: list[Any] = [ctx.kept, ctx.adjacency, spins]
+    if client is not None:  # sent to the workers once
+        shared = client.scatter(shared, broadcast=True, hash=False)
+    kept, adjacency, spun = shared
     futures = {}
     for job in jobs:
-        a, b = labels(job)
+        a, b = (wd.load_npy(wd.labels(s, *job)) for s in splits)
         seed = [cfg.random_state, job[1]]
-        fut = client.submit(
-            score, a, b, kept=kept, adjacency=adjacency, seed=seed, spins=spun, pure=False
-        )
-        futures[fut] = job
-    show_progress(list(futures))
-    try:
-        for fut in as_completed(futures):
-            yield futures[fut], fut.result()
-    except BaseException:
-        client.cancel(list(futures))
-        raise
+        if client is None:
+            yield job, score(a, b, kept=kept, adjacency=adjacency, seed=seed, spins=spun)
+        else:
+            fut = client.submit(
+                score, a, b, kept=kept, adjacency=adjacency, seed=seed, spins=spun, pure=False
+            )
+            futures[fut] = job
+    if futures:
+        yield from finished(client, futures)
 
 
 def _held_out(ctx: RunContext, method: str, k: int) -> dict[str, Any]:
