@@ -16,6 +16,7 @@ Where a fit runs depends on the features' size and on the cluster:
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -188,11 +189,18 @@ def _fit_as_tasks(
                 _task_features, wd.root, wd.folder.storage_options, j.split, j.spec.features,
                 pure=False,
             )  # fmt: skip
+    # on every worker: fits then go wherever a thread is free
+    client.replicate(list(loads.values()))
     futures = {}
-    for which, fut in loads.items():
-        client.replicate([fut])  # on every worker: fits then go wherever a thread is free
-        for j in (j for j in todo if j.which == which):
-            futures[client.submit(fit_labels, j.est, fut, shared_kept, pure=False)] = j
+    # largest K first, over all splits: the long fits start early and the short ones fill
+    # the threads at the end (longest-first scheduling; a fit's cost grows with K). In that
+    # order too, as an idle worker starts the first fit it is sent before the rest arrive
+    for j in sorted(todo, key=lambda j: -j.k):
+        key = f"fit_labels-{j.split}-{j.spec.name}-K{j.k}-{uuid.uuid4().hex}"
+        fit = client.submit(
+            fit_labels, j.est, loads[j.which], shared_kept, key=key, priority=j.k
+        )
+        futures[fit] = j
     loads.clear()  # the fits hold the features; they are released as the fits finish
     log(f"[cluster] {len(futures)} fits as tasks on {len(client.nthreads())} workers")
     for i, (j, out) in enumerate(finished(client, futures), 1):

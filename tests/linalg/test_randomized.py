@@ -278,6 +278,29 @@ class _InMemoryBlocks:
         return out
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    start=st.integers(0, 3000),
+    width=st.integers(1, 1500),
+    l=st.integers(1, 40),
+    seed=st.integers(0, 2**32),
+)
+def test_the_sparse_sign_test_matrix_does_not_depend_on_how_it_is_cut(start, width, l, seed):
+    """Any rows of Ω are those rows of one draw, whatever block asks for them: each row
+    has min(l, 8) entries ±1, in distinct columns."""
+    from lsd_dask.linalg.randomized import _omega_rows
+
+    stop = start + width
+    whole = _omega_rows(seed, 0, stop, l, np.float64).toarray()
+    part = _omega_rows(seed, start, stop, l, np.float32)
+    assert part.shape == (width, l) and part.dtype == np.float32
+    np.testing.assert_array_equal(part.toarray(), whole[start:])
+    assert set(np.unique(whole)) <= {-1.0, 0.0, 1.0}
+    assert ((whole != 0).sum(axis=1) == min(l, 8)).all()
+    other = _omega_rows(seed + 1, 0, stop, l, np.float64).toarray()
+    assert stop < 20 or not np.array_equal(other, whole)  # by chance: 2⁻²⁰ at most
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     widths=st.lists(st.integers(1, 40), min_size=1, max_size=12),
@@ -325,11 +348,14 @@ def test_one_range_finder_for_every_kind_of_input(store, fuse, width):
     out = {
         name: range_finder(p, 2, fuse=fuse, progress=lines.append) for name, p in runs.items()
     }
-    Bt0, Q0 = out["numpy"]
+    P0, M0, Q0 = out["numpy"]
+    Bt0 = P0 @ M0
     assert len(lines) == 3 * 4 and lines[0].startswith("pass 1 of 4 (sketch)")
+    np.testing.assert_allclose(Bt0, X.T @ Q0, atol=1e-10 * np.abs(Bt0).max())
     for name in ("dask", "blocks"):
-        Bt, Q = out[name]
-        Q = np.asarray(Q.compute())
+        P, M, Q = out[name]
+        np.testing.assert_allclose(P.T @ P, np.eye(l), atol=1e-10)
+        Bt, Q = P @ M, np.asarray(Q.compute())
         np.testing.assert_allclose(Q.T @ Q, np.eye(l), atol=1e-10)
         # the same subspace (QR signs may differ), hence the same Bt up to those signs
         signs = np.sign(np.sum(Q * Q0, axis=0))

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from distributed import Client
+from distributed import Client, get_task_stream
 
 import lsd_dask.pipeline.placement as placement
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
@@ -60,7 +60,8 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
     lines: list[str] = []
     with Client(scheduler_address) as client:
         client.wait_for_workers(2)
-        run_pipeline(cfg, log=lines.append)
+        with get_task_stream(client) as stream:
+            run_pipeline(cfg, log=lines.append)
         workers = set(client.nthreads())
     fitted = [ln for ln in lines if re.match(r"\[cluster\] \[.*K=\d+: [\d.]+ s", ln)]
     assert len(fitted) == 20
@@ -77,6 +78,19 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
     if as_tasks:
         assert any("20 fits as tasks on 2 workers" in ln for ln in lines)
         assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in fitted} <= workers
+        # every worker starts with a fit at the largest K (longest-first scheduling; a
+        # worker that runs out may then steal any fit, so only the first is certain)
+        started: dict[str, list[tuple[float, int]]] = {}
+        for t in stream.data:
+            key = str(t["key"])
+            if key.startswith("fit_labels-"):
+                start = min(s["start"] for s in t["startstops"] if s["action"] == "compute")
+                k = int(re.search(r"-K(\d+)-", key).group(1))
+                started.setdefault(t["worker"], []).append((start, k))
+        assert sum(map(len, started.values())) == 20
+        assert len(started) == 2
+        for order in started.values():
+            assert min(order)[1] == max(cfg.ks), sorted(order)
         from lsd_dask.metrics import ari
 
         for name, lab in got.items():
