@@ -21,6 +21,11 @@ iteration's row basis stands in for it).
   features), NMI (geometric, :func:`lsd_dask.metrics.nmi`) against the reference's
   labels and against the study's ``truth.npy``.
 
+``--reference exact`` compares with the exact SVD instead (the eigenvectors of X's m × m
+Gram matrix in float64; for stores of at most 20,000 columns): unlike a reference run, it
+shares no test matrix with the runs. ``--test-matrix gaussian`` runs with a Gaussian test
+matrix instead of the default sparse sign one (``randomized_svd``'s ``test_matrix``).
+
 Run: ``python -m benchmarks.power_iterations --work /work/full/study/e2e-2w/work
 --truth /work/full/study/truth.npy``. Prints a Markdown table. ``--reuse`` takes the
 factors an earlier run saved under ``--out`` (same store, same settings) instead of
@@ -45,7 +50,8 @@ def main() -> None:
     ap.add_argument("--work", type=Path, required=True, help="a finished run's work folder")
     ap.add_argument("--split", default="split1")
     ap.add_argument("--runs", nargs="+", default=["0:10", "1:10", "2:10"], help="q:p each")
-    ap.add_argument("--reference", default="4:10", help="q:p")
+    ap.add_argument("--reference", default="4:10", help="q:p, or exact")
+    ap.add_argument("--test-matrix", default="sparse", choices=["sparse", "gaussian"])
     ap.add_argument("--reuse", action="store_true", help="factors saved under --out")
     ap.add_argument("--rank", type=int, help="default: the run's (its saved singular values)")
     ap.add_argument("--k", type=int, default=200, help="parcels of the label comparison")
@@ -63,7 +69,8 @@ def main() -> None:
     store = open_split(str(args.work / f"{args.split}.zarr"))
     n, m = store.data.shape
     print(f"<!-- {args.split}: {n} x {m}, rank {rank} -->", flush=True)
-    configs = [_config(r) for r in [args.reference, *args.runs]]
+    exact = args.reference == "exact"
+    configs = [_config(r) for r in [*([] if exact else [args.reference]), *args.runs]]
     runs: dict[tuple[int, int, bool], dict[str, object]] = {}
     with (
         LocalCluster(
@@ -74,14 +81,14 @@ def main() -> None:
     ):  # fmt: skip
         for qp in configs:
             if qp not in runs:
-                runs[qp] = _svd(store, rank, qp, args.out, args.reuse)
+                runs[qp] = _svd(store, rank, qp, args.out, args.reuse, args.test_matrix)
                 print(f"<!-- q:p={qp}: {runs[qp]['seconds']:.1f} s -->", flush=True)
+    ref = _exact(store, rank, args.out, args.reuse) if exact else runs[configs[0]]
 
     mask = np.load(args.work / "mask.npy") if (args.work / "mask.npy").exists() else None
     truth = np.load(args.truth) if args.truth else None
     if truth is not None and mask is not None:
         truth = truth[mask]
-    ref = runs[configs[0]]
     ref_labels = _labels(ref["U"], ref["s"], args.k)
     print(
         "| n_power_iter | n_oversamples | reads of X | GEMM TFLOP | seconds | max rel. err s "
@@ -89,16 +96,21 @@ def main() -> None:
         f"reference (K = {args.k}) | NMI vs truth |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    if exact:
+        nmi_truth = f"{_nmi(ref_labels, truth):.4f}" if truth is not None else "–"
+        print(f"| exact (reference) | – | – | – | {ref['seconds']:.1f} | 0 / 0 | 1 / 1 | 1 | 0 | "
+              f"1 | {nmi_truth} |")  # fmt: skip
     for q, p, final in sorted(runs):
         r = runs[q, p, final]
         U, s = np.asarray(r["U"]), np.asarray(r["s"])
         Ur, sr = np.asarray(ref["U"]), np.asarray(ref["s"])
         err = np.abs(s - sr) / sr
         cos = np.linalg.svd(Ur.T.astype(np.float64) @ U.astype(np.float64), compute_uv=False)
-        labels = ref_labels if (q, p, final) == configs[0] else _labels(U, s, args.k)
+        is_ref = not exact and (q, p, final) == configs[0]
+        labels = ref_labels if is_ref else _labels(U, s, args.k)
         nmi_ref = _nmi(labels, ref_labels)
         nmi_truth = f"{_nmi(labels, truth):.4f}" if truth is not None else "–"
-        name = f"{q} (reference)" if (q, p, final) == configs[0] else str(q)
+        name = f"{q} (reference)" if is_ref else str(q)
         name += "" if final else " (no final pass)"
         reads = q + 2 if final else q + 1
         tflop = (2 * q + (2 if final else 1)) * 2 * n * m * (rank + p) / 1e12
@@ -120,7 +132,12 @@ def _config(text: str) -> tuple[int, int, bool]:
 
 
 def _svd(
-    store: object, rank: int, qpf: tuple[int, int, bool], out: Path, reuse: bool
+    store: object,
+    rank: int,
+    qpf: tuple[int, int, bool],
+    out: Path,
+    reuse: bool,
+    test_matrix: str,
 ) -> dict[str, object]:
     """The pipeline's call at ``q`` power iterations and ``p`` oversamples (with or without
     the final pass), timed; U, s and the seconds saved under ``out`` (and read back from
@@ -128,11 +145,10 @@ def _svd(
     from lsd_dask.linalg import randomized_svd
 
     q, p, final = qpf
-    tag = "" if final else "_r"
+    tag = ("" if final else "_r") + ("_g" if test_matrix == "gaussian" else "")
     files = [out / f"{name}_q{q}_p{p}{tag}.npy" for name in ("U", "s", "seconds")]
     if reuse and all(f.exists() for f in files):
-        U, s, sec = (np.load(f) for f in files)
-        return {"U": U, "s": s, "seconds": float(sec)}
+        return _load(files)
     t0 = time.perf_counter()
     U, s, _ = randomized_svd(
         store.column_blocks,  # type: ignore[attr-defined]
@@ -141,12 +157,39 @@ def _svd(
         n_oversamples=p,
         random_state=0,
         final_pass=final,
+        test_matrix=test_matrix,
     )
     U = np.asarray(U.compute() if hasattr(U, "compute") else U, np.float32)
-    seconds = time.perf_counter() - t0
+    return _save(files, U, s, time.perf_counter() - t0)
+
+
+def _exact(store: object, rank: int, out: Path, reuse: bool) -> dict[str, object]:
+    """The exact rank-k SVD of the store's X from the eigenvectors of its m × m Gram matrix
+    (``Xᵀ X`` in float32, its eigenproblem in float64; ``U = X V / s``), timed."""
+    files = [out / f"{name}_exact.npy" for name in ("U", "s", "seconds")]
+    if reuse and all(f.exists() for f in files):
+        return _load(files)
+    n, m = store.data.shape  # type: ignore[attr-defined]
+    if m > 20_000:
+        raise SystemExit(f"--reference exact: {m} columns; at most 20,000 (an m x m Gram).")
+    t0 = time.perf_counter()
+    X = np.asarray(store.data.compute(), np.float32)  # type: ignore[attr-defined]
+    w, V = np.linalg.eigh((X.T @ X).astype(np.float64))
+    w, V = w[::-1][:rank], V[:, ::-1][:, :rank]
+    s = np.sqrt(np.maximum(w, 0.0))
+    U = (X @ V.astype(np.float32)) / s.astype(np.float32)
+    return _save(files, U, s, time.perf_counter() - t0)
+
+
+def _save(files: list[Path], U: np.ndarray, s: object, seconds: float) -> dict[str, object]:
     for f, v in zip(files, (U, np.asarray(s, np.float64), np.float64(seconds)), strict=True):
         np.save(f, v)
     return {"U": U, "s": np.asarray(s, np.float64), "seconds": seconds}
+
+
+def _load(files: list[Path]) -> dict[str, object]:
+    U, s, sec = (np.load(f) for f in files)
+    return {"U": U, "s": s, "seconds": float(sec)}
 
 
 def _gram_error(U: np.ndarray, s: np.ndarray, Ur: np.ndarray, sr: np.ndarray) -> float:

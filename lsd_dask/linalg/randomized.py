@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import dask
@@ -63,6 +64,7 @@ def randomized_svd(
     persist: bool = True,
     fuse_passes: bool = True,
     final_pass: bool = True,
+    test_matrix: str = "sparse",
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Any, np.ndarray, np.ndarray]:
     """Rank-k SVD ``X ≈ U diag(s) Vt`` by randomized subspace iteration.
@@ -96,8 +98,7 @@ def randomized_svd(
         Power iterations, each re-orthonormalised by a (tall-skinny) QR.
     random_state : int, Generator or None
         Seeds the test matrix Ω, which does not depend on X's chunks: numpy and dask
-        inputs, however chunked, start from the same Ω. Ω is a sparse sign matrix (8
-        entries ±1 a row, [3]_): ``X Ω`` costs a quarter of a Gaussian Ω's product.
+        inputs, however chunked, start from the same Ω.
     persist : bool, default=True
         Keep the basis Q in (worker) memory between passes. ``False`` leaves the whole
         computation as one lazy graph.
@@ -112,6 +113,10 @@ def randomized_svd(
         accuracy of ``n_power_iter - 1/2`` iterations). Reads: ``n_power_iter + 1`` for a
         column-block source or numpy input (a dask array still reads X twice in that
         iteration).
+    test_matrix : {"sparse", "gaussian"}, default="sparse"
+        Ω's entries: a sparse sign matrix (8 entries ±1 a row, [3]_), whose ``X Ω``
+        costs a quarter of a Gaussian Ω's product, or standard normal ones (Halko's).
+        After the power iterations both give bases of the same accuracy.
     progress : callable, optional
         For a column-block source: receives one line per pass over X when the pass is done
         (``"pass 2 of 4 (power): 51.3 s"``), for batch logs.
@@ -141,15 +146,17 @@ def randomized_svd(
         raise ValueError("final_pass=False needs fuse_passes=True and n_power_iter >= 1.")
     dtype = np.float32 if X.dtype == np.float32 else np.float64
     l = min(k + n_oversamples, min(n, m))
-    seed = int(check_random_state(random_state).integers(2**63))
+    if test_matrix not in TEST_MATRICES:
+        raise ValueError(f"test_matrix must be one of {TEST_MATRICES}, got {test_matrix!r}.")
+    omega = _TestMatrix(int(check_random_state(random_state).integers(2**63)), test_matrix)
     if not (_is_block_source(X) or is_dask(X) or isinstance(X, np.ndarray)):
         X = as_array(X)
     if _is_block_source(X):
-        passes: _Passes = _BlockPasses(X, l, seed, dtype, persist)
+        passes: _Passes = _BlockPasses(X, l, omega, dtype, persist)
     elif is_dask(X):
-        passes = _DaskPasses(X.astype(dtype), l, seed, persist)
+        passes = _DaskPasses(X.astype(dtype), l, omega, persist)
     else:
-        passes = _NumpyPasses(np.asarray(X, dtype), l, seed)
+        passes = _NumpyPasses(np.asarray(X, dtype), l, omega)
     P, M, Q = range_finder(
         passes, n_power_iter, fuse=fuse_passes, final_pass=final_pass, progress=progress
     )
@@ -254,30 +261,43 @@ def svd_flip(U: Any, Vt: Any) -> tuple[Any, Any]:
 _OMEGA_ROWS = 1024
 #: nonzeros in each row of the sparse sign test matrix (Tropp et al.'s choice, [3]_)
 _OMEGA_NNZ = 8
+#: the kinds of test matrix :func:`randomized_svd` draws
+TEST_MATRICES = ("sparse", "gaussian")
 
 
-def _omega_rows(seed: int, start: int, stop: int, l: int, dtype: Any) -> Any:
-    """Rows ``start:stop`` of the m × l sparse sign test matrix fixed by ``seed``: each row
-    has ``min(l, 8)`` entries ±1 in distinct random columns (a CSR matrix).
+@dataclass(frozen=True)
+class _TestMatrix:
+    """The m × l test matrix Ω fixed by ``seed``, drawn by rows: any rows are those rows
+    of one draw, whatever block of X asks for them.
 
-    Applying it to a column block costs a quarter of a Gaussian Ω's GEMM (0.25 against
-    0.93 s for a 59,784 × 1,000 float32 subject and l = 1,010 on one thread), and the
-    power iterations that follow make the basis as good (``docs/benchmarks.md``).
+    ``sparse``: each row has ``min(l, 8)`` entries ±1 in distinct random columns (a CSR
+    matrix); applying it to a column block costs a quarter of a Gaussian Ω's GEMM (0.25
+    against 0.93 s for a 59,784 × 1,000 float32 subject and l = 1,010 on one thread), and
+    the power iterations that follow make the basis as good (``docs/benchmarks.md``).
+    ``gaussian``: standard normal entries (a dense array).
     """
-    z = min(l, _OMEGA_NNZ)
-    groups = range(start // _OMEGA_ROWS, (stop - 1) // _OMEGA_ROWS + 1)
-    cols, signs = [], []
-    for g in groups:
-        rng = np.random.default_rng([seed, g])
-        keys = rng.random((_OMEGA_ROWS, l), dtype=np.float32)
-        # z distinct columns per row: the z smallest of l uniform keys
-        cols.append(np.argpartition(keys, z - 1, axis=1)[:, :z] if z < l else np.argsort(keys, 1))
-        signs.append(rng.integers(0, 2, (_OMEGA_ROWS, z), dtype=np.int8))
-    off = start - groups[0] * _OMEGA_ROWS
-    rows = stop - start
-    c = np.concatenate(cols)[off : off + rows].ravel()
-    v = (2 * np.concatenate(signs)[off : off + rows].ravel() - 1).astype(dtype)
-    return sp.csr_matrix((v, c, np.arange(0, rows * z + 1, z)), shape=(rows, l))
+
+    seed: int
+    kind: str = "sparse"
+
+    def rows(self, start: int, stop: int, l: int, dtype: Any) -> Any:
+        """Rows ``start:stop`` in ``dtype``."""
+        groups = range(start // _OMEGA_ROWS, (stop - 1) // _OMEGA_ROWS + 1)
+        off, n = start - groups[0] * _OMEGA_ROWS, stop - start
+        rngs = [np.random.default_rng([self.seed, g]) for g in groups]
+        if self.kind == "gaussian":
+            parts = [r.standard_normal((_OMEGA_ROWS, l), dtype=np.float32) for r in rngs]
+            return np.concatenate(parts)[off : off + n].astype(dtype, copy=False)
+        z = min(l, _OMEGA_NNZ)
+        cols, signs = [], []
+        for rng in rngs:
+            keys = rng.random((_OMEGA_ROWS, l), dtype=np.float32)
+            # z distinct columns per row: the z smallest of l uniform keys
+            cols.append(np.argpartition(keys, z - 1, axis=1)[:, :z] if z < l else keys.argsort(1))
+            signs.append(rng.integers(0, 2, (_OMEGA_ROWS, z), dtype=np.int8))
+        c = np.concatenate(cols)[off : off + n].ravel()
+        v = (2 * np.concatenate(signs)[off : off + n].ravel() - 1).astype(dtype)
+        return sp.csr_matrix((v, c, np.arange(0, n * z + 1, z)), shape=(n, l))
 
 
 def range_finder(
@@ -428,12 +448,11 @@ class _NumpyPasses:
 
     eager = True
 
-    def __init__(self, X: np.ndarray, l: int, seed: int) -> None:
-        self.X, self.l, self.seed = X, l, seed
+    def __init__(self, X: np.ndarray, l: int, omega: _TestMatrix) -> None:
+        self.X, self.l, self.omega = X, l, omega
 
     def sketch(self) -> np.ndarray:
-        omega = _omega_rows(self.seed, 0, self.X.shape[1], self.l, self.X.dtype)
-        return np.asarray(self.X @ omega)
+        return np.asarray(self.X @ self.omega.rows(0, self.X.shape[1], self.l, self.X.dtype))
 
     def power(self, Q: np.ndarray) -> np.ndarray:
         return np.asarray(self.X @ (self.X.T @ Q))
@@ -460,16 +479,16 @@ class _DaskPasses:
     """X as a dask array, read through its own graph: a task per column block (which reads
     that block once) and a tree sum of the n × l contributions."""
 
-    def __init__(self, X: da.Array, l: int, seed: int, persist: bool) -> None:
+    def __init__(self, X: da.Array, l: int, omega: _TestMatrix, persist: bool) -> None:
         self.X = _bounded_column_blocks(X)
-        self.l, self.seed, self.eager = l, seed, persist
+        self.l, self.omega, self.eager = l, omega, persist
 
     def sketch(self) -> Any:
         X, n, l = self.X, self.X.shape[0], self.l
         columns = da.arange(X.shape[1], chunks=(X.chunks[1],))  # tells a block where it is
         part = da.blockwise(
             _sketch_block, "jal", X, "ij", columns, "j", new_axes={"a": n, "l": l},
-            adjust_chunks={"j": 1}, concatenate=False, dtype=X.dtype, seed=self.seed, l=l,
+            adjust_chunks={"j": 1}, concatenate=False, dtype=X.dtype, omega=self.omega, l=l,
         )  # fmt: skip
         return _sum_blocks(part)
 
@@ -520,13 +539,13 @@ class _BlockPasses:
     gathered on one worker first.
     """
 
-    def __init__(self, z: Any, l: int, seed: int, dtype: Any, persist: bool) -> None:
+    def __init__(self, z: Any, l: int, omega: _TestMatrix, dtype: Any, persist: bool) -> None:
         n = z.shape[0]
         threads = _n_threads()
         self.spans = _equal_groups(_column_bounds(z, dtype), threads)
         parts = max(1, min(threads, n // max(l, 1)))
         self.row_chunks = tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
-        self.z, self.l, self.seed, self.dtype, self.eager = z, l, seed, dtype, persist
+        self.z, self.l, self.omega, self.dtype, self.eager = z, l, omega, dtype, persist
 
     def sketch(self) -> Any:
         return self._summed("sketch")
@@ -564,8 +583,8 @@ class _BlockPasses:
         elif W is not None:
             W = delayed(W, pure=True)  # one key that every group task shares
         return [
-            delayed(_group_pass, pure=True)(self.z, sp, kind, W, self.seed, self.l, self.dtype)
-            for sp in self.spans
+            delayed(_group_pass, pure=True)(self.z, g, kind, W, self.omega, self.l, self.dtype)
+            for g in self.spans
         ]
 
     def _summed(self, kind: str, W: Any = None) -> Any:
@@ -579,7 +598,13 @@ def _is_block_source(X: Array) -> bool:
 
 
 def _group_pass(
-    z: Any, spans: list[tuple[int, int]], kind: str, W: Any, seed: int, l: int, dtype: Any
+    z: Any,
+    spans: list[tuple[int, int]],
+    kind: str,
+    W: Any,
+    omega: _TestMatrix,
+    l: int,
+    dtype: Any,
 ) -> Any:
     """One task: the contribution of a group of column blocks, read here one by one.
 
@@ -599,7 +624,7 @@ def _group_pass(
         z.read_columns(a, b, buf)
         x = buf if buf.dtype == dtype else buf.astype(dtype)
         if kind == "sketch":
-            part = np.asarray(x @ _omega_rows(seed, a, b, l, dtype))
+            part = np.asarray(x @ omega.rows(a, b, l, dtype))
         elif kind == "times":
             part = np.matmul(x, W[a:b].astype(dtype, copy=False), out=tmp)
         else:
@@ -664,12 +689,14 @@ def _n_threads() -> int:
         return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
 
 
-def _sketch_block(x_rows: list[Any], columns: np.ndarray, *, seed: int, l: int) -> np.ndarray:
+def _sketch_block(
+    x_rows: list[Any], columns: np.ndarray, *, omega: _TestMatrix, l: int
+) -> np.ndarray:
     """One column block's share of X Ω, from the row blocks of that column block."""
     x_rows = [np.asarray(x) for x in x_rows]
     s0 = int(columns[0])
-    omega = _omega_rows(seed, s0, s0 + x_rows[0].shape[1], l, x_rows[0].dtype)
-    return np.concatenate([np.asarray(x @ omega) for x in x_rows])[None]
+    rows = omega.rows(s0, s0 + x_rows[0].shape[1], l, x_rows[0].dtype)
+    return np.concatenate([np.asarray(x @ rows) for x in x_rows])[None]
 
 
 def _power_block(x_rows: list[Any], q_rows: list[Any]) -> np.ndarray:

@@ -65,6 +65,8 @@ NOTES: dict[str, str] = {
     "svd.final_pass": "false: the last power iteration's row basis stands in for the last "
     "read (q + 1 reads; accuracy between q - 1 and q iterations); true where fuse_passes is "
     "false or n_power_iter 0",
+    "svd.test_matrix": "sparse (8 entries ±1 a row; its product a quarter of a Gaussian "
+    "one's) or gaussian: the randomized SVD's test matrix",
     "svd.n_keep": "streaming SVD: rows kept between blocks (null: its default)",
     "min_region_size": "vertices; smaller connected pieces do not count as regions in the "
     "split-half scores",

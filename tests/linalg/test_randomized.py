@@ -44,10 +44,11 @@ def _min_cos(U, V):
     return np.linalg.svd(np.asarray(U, np.float64).T @ V)[1].min()
 
 
-def test_randomized_matches_exact(store):
+@pytest.mark.parametrize("test_matrix", ["sparse", "gaussian"])
+def test_randomized_matches_exact(store, test_matrix):
     p, _, (U0, s0, _) = store
     X = open_split(p).data
-    U, s, Vt = randomized_svd(X, 10, random_state=0)
+    U, s, Vt = randomized_svd(X, 10, random_state=0, test_matrix=test_matrix)
     assert isinstance(U, da.Array)
     U = U.compute()
     assert U.dtype == np.float32 and s.dtype == np.float32 and Vt.dtype == np.float32
@@ -159,6 +160,8 @@ def test_bad_k(store):
         randomized_svd(open_split(p).data, 1000)
     with pytest.raises(ValueError, match="n_keep"):
         streaming_svd([np.ones((5, 5))], 4, n_keep=2)
+    with pytest.raises(ValueError, match="test_matrix must be one of"):
+        randomized_svd(open_split(p).data, 4, test_matrix="normal")
 
 
 def test_wide_column_chunks_are_split_to_bounded_blocks():
@@ -288,16 +291,16 @@ class _InMemoryBlocks:
 def test_the_sparse_sign_test_matrix_does_not_depend_on_how_it_is_cut(start, width, l, seed):
     """Any rows of Ω are those rows of one draw, whatever block asks for them: each row
     has min(l, 8) entries ±1, in distinct columns."""
-    from lsd_dask.linalg.randomized import _omega_rows
+    from lsd_dask.linalg.randomized import _TestMatrix
 
     stop = start + width
-    whole = _omega_rows(seed, 0, stop, l, np.float64).toarray()
-    part = _omega_rows(seed, start, stop, l, np.float32)
+    whole = _TestMatrix(seed).rows(0, stop, l, np.float64).toarray()
+    part = _TestMatrix(seed).rows(start, stop, l, np.float32)
     assert part.shape == (width, l) and part.dtype == np.float32
     np.testing.assert_array_equal(part.toarray(), whole[start:])
     assert set(np.unique(whole)) <= {-1.0, 0.0, 1.0}
     assert ((whole != 0).sum(axis=1) == min(l, 8)).all()
-    other = _omega_rows(seed + 1, 0, stop, l, np.float64).toarray()
+    other = _TestMatrix(seed + 1).rows(0, stop, l, np.float64).toarray()
     assert stop < 20 or not np.array_equal(other, whole)  # by chance: 2⁻²⁰ at most
 
 
@@ -323,26 +326,28 @@ def test_equal_groups_cover_the_columns_once_in_runs_of_equal_width(widths, n_gr
     assert len(groups) == min(n_groups, edges[-1])
 
 
+@pytest.mark.parametrize("kind", ["sparse", "gaussian"])
 @pytest.mark.parametrize("width", [50, 57])
 @pytest.mark.parametrize("fuse", [True, False])
-def test_one_range_finder_for_every_kind_of_input(store, fuse, width):
-    """numpy, dask and a column-block source run the same loop from the same Ω: the same
-    Bt = Xᵀ Q and the same basis, with fused or unfused power iterations (57-column
-    blocks: groups of equal width cut some of them in two)."""
+def test_one_range_finder_for_every_kind_of_input(store, fuse, width, kind):
+    """numpy, dask and a column-block source run the same loop from the same Ω (of either
+    kind): the same Bt = Xᵀ Q and the same basis, with fused or unfused power iterations
+    (57-column blocks: groups of equal width cut some of them in two)."""
     from lsd_dask.linalg.randomized import (
         _BlockPasses,
         _DaskPasses,
         _NumpyPasses,
+        _TestMatrix,
         range_finder,
     )
 
     _, subs, _ = store
     X = np.concatenate([x for _, x in subs], axis=1).astype(np.float64)
-    l, seed = 8, 11
+    l, omega = 8, _TestMatrix(11, kind)
     runs = {
-        "numpy": _NumpyPasses(X, l, seed),
-        "dask": _DaskPasses(da.from_array(X, chunks=(128, 50)), l, seed, True),
-        "blocks": _BlockPasses(_InMemoryBlocks(X, (128, width)), l, seed, np.float64, True),
+        "numpy": _NumpyPasses(X, l, omega),
+        "dask": _DaskPasses(da.from_array(X, chunks=(128, 50)), l, omega, True),
+        "blocks": _BlockPasses(_InMemoryBlocks(X, (128, width)), l, omega, np.float64, True),
     }
     lines = []
     out = {

@@ -70,6 +70,10 @@ def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
         ({"svd": {"rank": True}}, "svd.rank: True is not an integer"),
         ({"svd": {"final_pass": "no"}}, "svd.final_pass: true or false, got 'no'"),
         (
+            {"svd": {"test_matrix": "normal"}},
+            "svd.test_matrix must be one of sparse, gaussian, got 'normal'",
+        ),
+        (
             {"svd": {"final_pass": False, "n_power_iter": 0}},
             "svd.final_pass: false needs svd.fuse_passes: true and svd.n_power_iter >= 1",
         ),
@@ -235,3 +239,26 @@ def test_settings_made_in_code_that_need_the_final_pass_say_so():
     with pytest.raises(ValueError, match="svd.final_pass: false needs svd.fuse_passes: true"):
         SvdSettings(n_power_iter=0)
     assert SvdSettings(n_power_iter=0, final_pass=True).final_pass
+
+
+@pytest.mark.parametrize("kind", ["sparse", "gaussian"])
+def test_svd_test_matrix_is_the_one_the_svd_draws(kind):
+    """``svd.test_matrix`` reaches the randomized SVD: the pipeline's call gives what
+    ``randomized_svd`` gives with that test matrix, and not the other one's basis."""
+    import numpy as np
+
+    from lsd_dask.linalg import randomized_svd
+    from lsd_dask.pipeline.svd import group_svd
+
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((80, 12)) @ rng.standard_normal((12, 60))).astype(np.float32)
+    X += 0.5 * rng.standard_normal(X.shape).astype(np.float32)
+    U, s = group_svd(X, SvdSettings(rank=6, n_power_iter=1, test_matrix=kind), 0)
+    other = "gaussian" if kind == "sparse" else "sparse"
+    runs = {
+        t: randomized_svd(X, 6, n_power_iter=1, final_pass=False, random_state=0, test_matrix=t)
+        for t in (kind, other)
+    }
+    np.testing.assert_array_equal(U, runs[kind][0])
+    np.testing.assert_array_equal(s, runs[kind][1])
+    assert not np.allclose(np.abs(U), np.abs(runs[other][0]), atol=1e-6)
