@@ -56,7 +56,7 @@ class SvdSettings:
         product costs a quarter of a Gaussian one's, or Gaussian. On the realistic study
         against its exact SVD (rank 400, 2 power iterations, no final pass) both keep
         0.970 of the variance with the same subspace capture (0.775) and Gram error
-        (2.8e-2); on the full-scale study the sketch pass went from 27–30 s to 16–18 s a
+        (2.8e-2); on the full-scale study the sketch pass went from 27–30 s to 15–22 s a
         split (``docs/benchmarks.md``, power iterations).
     n_keep : int or None
         Streaming SVD: rows kept between blocks (None: its default).
