@@ -301,3 +301,49 @@ def test_slurm_runner_options_expand_like_a_job_script(monkeypatch):
     assert scheduler == {"dashboard_address": ":8787"}
     monkeypatch.delenv("TMPDIR")  # a site without it: Dask's own default, not "$TMPDIR"
     assert "local_directory" not in _runner_options(cfg)[2]
+
+
+def test_side_by_side_runs_two_at_a_time_and_gives_every_result():
+    """Two items meet at a barrier, which only items running at the same time can pass;
+    every item comes back once, with its own result; one at a time keeps the order."""
+    from lsd_dask.distributed import side_by_side
+
+    barrier = threading.Barrier(2, timeout=10)
+    running, peak = [0], [0]
+    lock = threading.Lock()
+
+    def work(i: int) -> int:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        if i < 2:
+            barrier.wait()  # raises BrokenBarrierError unless items 0 and 1 overlap
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return i * i
+
+    got = dict(side_by_side(list(range(5)), work, 2))
+    assert got == {i: i * i for i in range(5)} and peak[0] == 2
+    order = [i for i, _ in side_by_side([3, 1, 2], lambda i: -i, 1)]
+    assert order == [3, 1, 2]
+
+
+def test_side_by_side_raises_and_starts_nothing_more_after_an_error():
+    from lsd_dask.distributed import side_by_side
+
+    started: list[int] = []
+
+    def work(i: int) -> int:
+        started.append(i)
+        if i == 0:
+            raise ValueError("split 0 failed")
+        time.sleep(0.2)
+        return i
+
+    with pytest.raises(ValueError, match="split 0 failed"):
+        list(side_by_side(list(range(6)), work, 2))
+    time.sleep(0.5)
+    # item 0 fails at once; the thread it frees may take one more before the error is
+    # seen, but not the rest
+    assert len(started) <= 3

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..distributed import task_location
-from ..io.surface_files import load_subject
+from ..io.surface_files import load_subject, release_cache
 from ..io.zarr_store import SplitWriter
 from .config import PipelineConfig
 from .preprocess import denoise_confounds, preprocess_subject
@@ -80,7 +80,8 @@ def read_subject(
         "where": task_location(),
     }
     if target is None:
-        return stats
+        return stats  # the mask's own pass: ingest reads this subject again
+    release_cache(s)  # read for the last time this run: let the page cache keep the stores
     writer, index = target
     if kept is not None:
         x = x[kept]

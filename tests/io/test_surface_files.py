@@ -1,3 +1,9 @@
+import ctypes
+import mmap
+import os
+import sys
+from pathlib import Path
+
 import nibabel as nib
 import numpy as np
 import pytest
@@ -7,6 +13,7 @@ from lsd_dask.io.surface_files import (
     SubjectFiles,
     load_mesh,
     load_subject,
+    release_cache,
     write_dlabel,
     write_dtseries,
     write_func_gifti,
@@ -106,6 +113,66 @@ def test_zarr_subject_roundtrip(tmp_path, data):
     np.testing.assert_array_equal(y, x[:, 2:7])
     with pytest.raises(ValueError, match="time_slice"):
         load_subject(SubjectFiles.from_keys("z", zarr=p, time_slice=(5, 50)))
+
+
+def _resident_pages(path: Path) -> tuple[int, int]:
+    """(pages of ``path`` in the page cache, pages in all), by mincore(2) on a mapping."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long
+    ]  # fmt: skip
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    pages = -(-size // mmap.PAGESIZE)
+    with open(path, "rb") as f:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value)
+        try:
+            vec = (ctypes.c_ubyte * pages)()
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        finally:
+            libc.munmap(addr, size)
+    return sum(v & 1 for v in vec), pages
+
+
+def _files(path: Path) -> list[Path]:
+    return sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore(2) and fadvise")
+@pytest.mark.parametrize("kind", ["cifti", "zarr"])
+def test_release_cache_drops_a_subject_read_for_good(tmp_path, tiny_meshes, kind):
+    from lsd_dask.io.surface_files import write_zarr_subject
+
+    mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    fs = max((m for m in mounts if str(tmp_path).startswith(m[1])), key=lambda m: len(m[1]))
+    if fs[2] in ("tmpfs", "ramfs"):
+        pytest.skip(f"{fs[1]} is {fs[2]}: its pages are the file itself")
+    sizes = [m.n_vertices for m in tiny_meshes.values()]
+    t = -(-(8 << 20) // (4 * sum(sizes)))  # about 8 MB of float32
+    x = np.random.default_rng(1).standard_normal((sum(sizes), t)).astype(np.float32)
+    if kind == "cifti":
+        p = write_dtseries(tmp_path / "s.dtseries.nii", x, sizes, tr=0.72)
+        files = SubjectFiles.from_keys("s", cifti=p)
+    else:
+        p = write_zarr_subject(tmp_path / "s.zarr", x, sizes)
+        files = SubjectFiles.from_keys("s", zarr=p)
+    for f in _files(Path(p)):  # written back: the kernel drops clean pages only
+        fd = os.open(f, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    y, _ = load_subject(files)
+    np.testing.assert_allclose(y, x, rtol=1e-6)
+    before = [_resident_pages(f) for f in _files(Path(p))]
+    total = sum(n for _, n in before)
+    assert sum(r for r, _ in before) > 0.9 * total  # just written and read: in the cache
+    assert release_cache(files) == len(before)
+    after = sum(r for r, _ in (_resident_pages(f) for f in _files(Path(p))))
+    assert after <= 0.05 * total, f"{after} of {total} pages still cached"
+    # the data are still there, read from the disk now
+    np.testing.assert_array_equal(load_subject(files)[0], y)
 
 
 def test_subject_files_kind_from_keys_and_one_line_errors(tmp_path):
