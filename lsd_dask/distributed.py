@@ -28,9 +28,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from distributed import Client, LocalCluster
 
@@ -40,7 +40,6 @@ __all__ = [
     "active_client",
     "task_location",
     "finished",
-    "side_by_side",
     "show_progress",
     "scattered_rows",
     "connect",
@@ -148,39 +147,6 @@ def finished(client: Any, futures: dict[Any, Any]) -> Iterator[tuple[Any, Any]]:
     except BaseException:
         client.cancel(list(futures))
         raise
-
-
-_Item = TypeVar("_Item")
-_Result = TypeVar("_Result")
-
-
-def side_by_side(
-    items: Sequence[_Item], work: Callable[[_Item], _Result], n: int = 2
-) -> Iterator[tuple[_Item, _Result]]:
-    """``(item, work(item))`` for each item as it finishes, ``n`` items at a time, each
-    driven from a thread of this process.
-
-    For work that sends the cluster one pass after another and waits between them (a
-    randomized SVD: between its passes a QR, and after the last one a small SVD, the
-    write of U and the transfers, when a worker thread or both sit idle): with two side
-    by side, one's tasks fill the workers while the other waits. The distributed client
-    is shared by the threads; the scheduler runs their tasks in the order they came. On
-    an error, items not yet started are dropped, and the error is raised once the running
-    ones end (their passes cannot be called back half done).
-    """
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    if n <= 1 or len(items) <= 1:
-        for item in items:
-            yield item, work(item)
-        return
-    pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lsd-dask-side-by-side")
-    try:
-        futures = {pool.submit(work, item): item for item in items}
-        for fut in as_completed(futures):
-            yield futures[fut], fut.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def task_location() -> str:

@@ -23,12 +23,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import __version__
-from ..distributed import active_client, side_by_side
+from ..distributed import active_client
 from ..io.zarr_store import open_split
 from ..selection import GRID_MM, choose_feature_blur
 from .placement import features_on_workers
 from .stages import RunContext, Unit
-from .svd import group_svd, svd_features, svd_rank, svds_at_once
+from .svd import group_svd, svd_features, svd_rank
 from .workdir import mesh_digest
 
 __all__ = ["BlurStage"]
@@ -92,34 +92,28 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
     k = min(cfg.ks)
     st = open_split(wd.store(split), storage_options=wd.folder.storage_options)
     client = active_client()
-    halves = list(enumerate(st.column_blocks.halves(), 1))
-    n, m = halves[0][1].shape
-    # large features stay on the workers, where the blurs are scored as tasks, as the
-    # cluster stage's fits are: the client holds none of them
-    remote = client is not None and features_on_workers(client, n * svd_rank(cfg.svd, n, m) * 4)
-    block = halves[0][1].chunks[1]  # the longest subject's half
-    at_once = svds_at_once(cfg.svd, n, block, svd_rank(cfg.svd, n, m))
-
-    def features(item: tuple[int, Any]) -> Any:
-        i, half = item
-        rank = svd_rank(cfg.svd, *half.shape)
-        log(f"[blur] {split} half {i} of 2: rank {rank} of {n} x {half.shape[1]}")
+    features = []
+    remote = False
+    for i, half in enumerate(st.column_blocks.halves(), 1):
+        n, m = half.shape
+        rank = svd_rank(cfg.svd, n, m)
+        # large features stay on the workers, where the blurs are scored as tasks, as the
+        # cluster stage's fits are: the client holds none of them
+        remote = client is not None and features_on_workers(client, n * rank * 4)
+        log(f"[blur] {split} half {i} of 2: rank {rank} of {n} x {m}")
         U, s = group_svd(
             half, cfg.svd, cfg.random_state,
-            progress=lambda line: log(f"[blur] {split} half {i} {line}"),
+            progress=lambda line, i=i: log(f"[blur] {split} half {i} {line}"),
         )  # fmt: skip
         F = svd_features(U, s)
         if remote and isinstance(F, da.Array):
-            return client.compute(F)
-        return np.asarray(F.compute() if isinstance(F, da.Array) else F)
-
-    if at_once > 1:
-        log(f"[blur] {split}: the two halves' SVDs side by side on the workers")
-    done = dict(side_by_side(halves, features, at_once))
+            features.append(client.compute(F))
+        else:
+            features.append(np.asarray(F.compute() if isinstance(F, da.Array) else F))
     if remote:
         log(f"[blur] {split}: each blur scored as a task on {len(client.nthreads())} workers")
     choice = choose_feature_blur(
-        *(done[h] for h in halves), V, A, k,
+        *features, V, A, k,
         random_state=cfg.random_state,
         progress=lambda line: log(f"[blur] {split} K={k} {line}"),
         client=client if remote else None,

@@ -7,8 +7,7 @@ every worker holds them comfortably; otherwise as Dask graphs over row blocks
 SVD task fail the run in one line (:func:`check_worker_memory`): a worker over its pause
 threshold would otherwise wait for memory that never frees, and the run would hang. The
 evaluation scores parcellations as tasks when every worker holds a scoring task per
-thread (:func:`scoring_on_workers`), else in this process. Two randomized SVDs run side by
-side when every worker holds both (:func:`svds_side_by_side`).
+thread (:func:`scoring_on_workers`), else in this process.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ __all__ = [
     "features_on_workers",
     "scoring_on_workers",
     "scoring_task_bytes",
-    "svds_side_by_side",
     "task_bytes",
 ]
 
@@ -87,21 +85,6 @@ def scoring_task_bytes(feature_bytes: int, n_pairs: int, n_spins: int) -> int:
     f, p, spins = int(feature_bytes), int(n_pairs), max(int(n_spins), 0)
     null = max(SCORING_NULL_BATCH_BYTES if spins else 0, SCORING_SPIN_BYTES * min(spins, 1000))
     return f + SCORING_PAIR_BYTES * p + max(2 * f, SCORING_PAIR_PEAK_BYTES * p, null)
-
-
-def svds_side_by_side(client: Any, n_rows: int, block_columns: int, rank: int) -> bool:
-    """Whether two randomized SVDs of ``n_rows``-row data (column blocks of up to
-    ``block_columns``) may run side by side (:func:`lsd_dask.distributed.side_by_side`):
-    every worker holds, within its spill target (``distributed.worker.memory.target`` of
-    its limit), one SVD task per thread and what the other SVD keeps between its tasks,
-    taken as two n × l float32 arrays (its basis and a group's sum waiting to be added;
-    at most one of each lands on a worker). Workers without a limit pass."""
-    l = rank + 10
-    need_task = svd_task_bytes(n_rows, block_columns, rank)
-    held = 2 * n_rows * l * 4
-    target = dask.config.get("distributed.worker.memory.target", 0.6) or 1.0
-    limits = _limits_and_threads(client)
-    return bool(limits) and all(m == 0 or t * need_task + held <= target * m for m, t in limits)
 
 
 #: bytes an ingest task holds at its peak per value of a subject's data, measured with

@@ -15,16 +15,15 @@ from typing import Any
 import numpy as np
 from distributed import KilledWorker
 
-from ..distributed import active_client, side_by_side
+from ..distributed import active_client
 from ..io.zarr_store import open_split, verify_split
 from ..linalg import randomized_svd, streaming_svd
 from ..linalg.randomized import TEST_MATRICES, svd_task_bytes
 from ..similarity import unit_rows
 from . import files
-from .placement import svds_side_by_side
 from .stages import RunContext, Unit
 
-__all__ = ["SvdSettings", "SvdStage", "group_svd", "svd_features", "svds_at_once"]
+__all__ = ["SvdSettings", "SvdStage", "group_svd", "svd_features"]
 
 
 @dataclass(frozen=True)
@@ -138,10 +137,8 @@ class SvdStage:
         return {"rank": int(s.size), "method": ctx.cfg.svd.method}
 
     def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
-        at_once = _svds_at_once(ctx, todo)
-        if at_once > 1:
-            ctx.log(f"[svd] {len(todo)} splits, {at_once} side by side on the workers")
-        yield from side_by_side(todo, lambda u: self._one(ctx, u.item), at_once)
+        for unit in todo:
+            yield unit, self._one(ctx, unit.item)
 
     def _one(self, ctx: RunContext, split: str) -> dict[str, Any]:
         cfg, wd, log = ctx.cfg, ctx.wd, ctx.log
@@ -190,21 +187,6 @@ class SvdStage:
         }
 
 
-def svds_at_once(settings: SvdSettings, n: int, block: int, rank: int) -> int:
-    """How many randomized SVDs of n-row data (column blocks of up to ``block``) run side
-    by side (:func:`~lsd_dask.distributed.side_by_side`): 2 on a distributed cluster whose
-    workers hold both (:func:`~lsd_dask.pipeline.placement.svds_side_by_side`), else 1.
-
-    Between its passes an SVD leaves worker threads idle (the basis's QR, whose last
-    step is one task; after the last pass the small SVD here, U's transfer and write);
-    a second one fills them. Dask's local threads would run both SVDs' tasks on more
-    threads than cores: one at a time there, as for the streaming SVD."""
-    client = active_client()
-    if client is None or settings.method != "randomized":
-        return 1
-    return 2 if svds_side_by_side(client, n, block, rank) else 1
-
-
 def svd_rank(settings: SvdSettings, n: int, m: int) -> int:
     """The rank an SVD of an n × m matrix keeps: ``svd.rank``, at most min(n, m)."""
     return int(min(settings.rank, n, m))
@@ -242,15 +224,6 @@ def svd_features(U: Any, s: Any, kind: str = "us") -> Any:
     if kind == "us":
         return unit_rows(U * np.asarray(s).astype(U.dtype))
     return unit_rows(U)
-
-
-def _svds_at_once(ctx: RunContext, todo: list[Unit]) -> int:
-    """:func:`svds_at_once` for the splits to compute, sized by the first one's store."""
-    if len(todo) < 2:
-        return 1
-    st = open_split(ctx.wd.store(todo[0].item), storage_options=ctx.wd.folder.storage_options)
-    n, m = st.data.shape
-    return svds_at_once(ctx.cfg.svd, n, max(st.timepoints), svd_rank(ctx.cfg.svd, n, m))
 
 
 def _memory_message(split: str, n: int, block: int, rank: int) -> str:

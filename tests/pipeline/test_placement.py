@@ -203,24 +203,3 @@ def test_an_hpc_cluster_waits_its_configured_timeout_for_a_first_job(kind, tmp_p
         waited = time.monotonic() - start
     assert "\n" not in str(err.value)
     assert 2 <= waited < 30
-
-
-@pytest.mark.parametrize(("limit", "expected"), [("4GB", True), ("1GB", False)])
-def test_two_svds_run_side_by_side_only_where_every_worker_holds_both(limit, expected):
-    """At full size (59,784 rows, subjects of 1,000 time points, rank 1,000) an SVD task
-    holds 0.72 GB and the other SVD's basis and waiting sum 0.48 GB: 4 GB workers (spill
-    target 2.4 GB) take both, 1 GB workers do not."""
-    from distributed import Client, LocalCluster
-
-    from lsd_dask.pipeline.placement import svds_side_by_side
-
-    with (
-        LocalCluster(
-            n_workers=1, threads_per_worker=1, memory_limit=limit, processes=False,
-            dashboard_address=":0",
-        ) as cluster,
-        Client(cluster) as client,
-    ):  # fmt: skip
-        client.wait_for_workers(1, timeout=30)
-        assert svds_side_by_side(client, 59784, 1000, 1000) is expected
-        assert svds_side_by_side(client, 2000, 100, 50)  # small data: always
