@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.end_to_end import STAGES, StageMeter
+from benchmarks.end_to_end import STAGES, StageMeter, svd_passes
 
 N_VERTICES = 2 * 32492
 
@@ -152,10 +152,11 @@ def run_child(args: argparse.Namespace, inputs: Path, n_subjects: int) -> dict[s
     )
     n_kept = report["mask"]["n_vertices"] - report["mask"]["n_masked"]
     columns = sum(v["timepoints"] for v in report["mask"]["per_subject"].values())
-    q = cfg.svd.n_power_iter
+    products, _ = svd_passes(cfg.svd)
     result = {
         "input_bytes": n_kept * columns * 4,  # the cortex's float32 series, as ingest reads
-        "svd_flops": 2 * (2 * q + 2) * n_kept * columns * (report["svd"]["split1"]["rank"] + 10),
+        # both splits' dense products: columns counts the two splits' time points together
+        "svd_flops": products * 2 * n_kept * columns * (report["svd"]["split1"]["rank"] + 10),
         "subjects_per_split": n_subjects,
         "timepoints": args.timepoints,
         "workers": args.workers,
@@ -198,7 +199,8 @@ def project(
     *,
     workers: tuple[int, ...] = (8, 32, 128),
     rank: int = 1000,
-    n_power_iter: int = 2,
+    products: int = 4,
+    reads: int = 3,
     store_gbps: float = 10.0,
     fixed_s: float = 0.0,
     svd_gflops: float | None = None,
@@ -208,9 +210,11 @@ def project(
 
     - ingest: the bytes read (the cortex's float32 time series), at the measured rate per
       worker times N, or the store's aggregate bandwidth ``store_gbps`` when lower;
-    - svd: ``(2q + 2) · 2 n m l`` FLOPs per split at the measured rate per worker times N,
-      or the ``q + 2`` reads of the stores at ``store_gbps``, whichever takes longer per
-      pass (the passes stream the data once each);
+    - svd: ``products · 2 n m l`` FLOPs per split at the measured rate per worker times
+      N, or the ``reads`` of the stores at ``store_gbps``, whichever takes longer (the
+      passes stream the data once each). The defaults are the pipeline's SVD at rank
+      1,000 (``benchmarks.end_to_end.svd_passes``): 2 power iterations without the final
+      pass, a sparse sketch: 4 dense products in 3 reads;
     - the rest (fits, held-out measures, scores, outputs) does not grow with the subjects:
       ``fixed_s``, the full-scale study's seconds for them, taken as is (the fits of a run
       spread over the workers, which this leaves out).
@@ -227,8 +231,8 @@ def project(
     svd_rate = svd_gflops * 1e9 if svd_gflops else r["svd_flops"] / r["timings_s"]["svd"] / w
     m = HCP["subjects"] * HCP["timepoints"] / 2  # columns per split
     data = HCP["subjects"] * HCP["timepoints"] * bytes_per_tr
-    flops = 2 * (2 * n_power_iter + 2) * 2 * HCP["kept"] * m * (rank + 10)
-    passes = n_power_iter + 2
+    flops = 2 * products * 2 * HCP["kept"] * m * (rank + 10)
+    passes = reads
     rows = []
     for n in workers:
         ingest = data / min(n * ingest_rate, store_gbps * 1e9)

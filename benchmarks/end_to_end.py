@@ -12,9 +12,9 @@ sampled every 0.5 s and attributed to the stage whose log line came last, beside
 stage's bound:
 - mask and ingest: the input bytes at the disk's cold read rate (``--disk-gbps``; 0.4–0.6
   GB/s measured on the development machine, 0.5 by default);
-- svd: the GEMM work ``(2 q + 1) × 2 n m l`` per split (``2 q`` products without the
-  final pass, the pipeline's default; the sketch with its sparse sign test matrix is not
-  a GEMM and is not counted) at the float32 rate measured at the
+- svd: the GEMM work ``p × 2 n m l`` per split, p the dense products (``svd_passes``:
+  ``2 q`` without the final pass, the pipeline's default; the sketch with its sparse
+  sign test matrix is not a GEMM and is not counted) at the float32 rate measured at the
   start of the same run, with as many threads as workers; then the same
   ``randomized_svd`` call timed on its own on split 1's store, as ``benchmarks/svd.py``
   does, in the same cluster (the stage should be within 1.15× of it);
@@ -147,9 +147,7 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     n_kept = report["mask"]["n_vertices"] - report["mask"]["n_masked"]
     m = sum(v["timepoints"] for v in report["mask"]["per_subject"].values()) // 2
     l_cols = rank + 10
-    # dense products with X per split: two per power iteration, the final pass (the
-    # sketch's sparse product, a quarter of a GEMM's time, is left out of the bound)
-    products = 2 * cfg.svd.n_power_iter + (1 if cfg.svd.final_pass else 0)
+    products, _ = svd_passes(cfg.svd)
     svd_flops = 2 * products * 2 * n_kept * m * l_cols
     fit_flops = sum(2 * n_kept * rank * k * it for k, _, it in fits)
     bounds = {
@@ -242,6 +240,16 @@ class StageMeter:
         finally:
             stop.set()
             thread.join()
+
+
+def svd_passes(svd: Any) -> tuple[int, int]:
+    """(dense products with X, reads of X) of one split's randomized SVD at the pipeline's
+    ``svd`` settings: two products per power iteration in one read each, the sketch's read
+    (its product a GEMM only with a Gaussian test matrix: the sparse sign one's costs a
+    quarter of one and is left out), and the final pass's read and product when on."""
+    final = 1 if svd.final_pass else 0
+    products = 2 * svd.n_power_iter + final + (1 if svd.test_matrix == "gaussian" else 0)
+    return products, 1 + svd.n_power_iter + final
 
 
 def time_svd(cfg, out: Path, cold: bool) -> float:
