@@ -193,18 +193,16 @@ class StageMeter:
     @contextmanager
     def measured_cluster(self, n_workers: int, memory_limit: str) -> Iterator[Any]:
         """A LocalCluster of ``n_workers`` single-threaded workers on 127.0.0.1 with its
-        client, sampled while the block runs; yields the cluster."""
-        from distributed import Client, LocalCluster
+        client, started as a run starts one (``lsd_dask.distributed.connect``: its worker
+        settings included), sampled while the block runs; yields the cluster."""
+        from lsd_dask.distributed import connect
 
-        with (
-            LocalCluster(
-                n_workers=n_workers, threads_per_worker=1, memory_limit=memory_limit,
-                host="127.0.0.1", dashboard_address=":0",
-            ) as cluster,
-            Client(cluster) as client,
-            self.sampling(client),
-        ):  # fmt: skip
-            yield cluster
+        local = {
+            "n_workers": n_workers, "threads_per_worker": 1, "memory_limit": memory_limit,
+            "host": "127.0.0.1", "dashboard_address": ":0",
+        }  # fmt: skip
+        with connect({"type": "local", "local": local}, log=None) as client, self.sampling(client):
+            yield client.cluster
 
     @contextmanager
     def sampling(self, client: Any) -> Iterator[None]:

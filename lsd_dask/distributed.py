@@ -19,6 +19,10 @@ submit jobs: one ``sbatch`` job runs the same command in every task (``srun lsd-
 (:func:`serve_slurm_task`), and they meet through a scheduler file on the shared file
 system. Its settings: ``scheduler-file``, ``interface``, ``nthreads``, ``memory-limit``,
 ``local-directory``, ``dashboard-address`` and ``timeout``.
+
+Every cluster a run connects to gets :class:`WorkerAllocator` on its workers: glibc's
+trim and mmap thresholds raised to :data:`WORKER_MALLOC_BYTES`, so that the reads' and the
+products' buffers are reused rather than mapped afresh each time.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, WorkerPlugin
 
 from ._validation import Array
 
@@ -53,6 +57,9 @@ __all__ = [
     "PAUSED_LIMIT_S",
     "PausedWorkers",
     "JOB_START_TIMEOUT_S",
+    "WorkerAllocator",
+    "WORKER_MALLOC_BYTES",
+    "set_allocator_thresholds",
 ]
 
 #: environment variable read when no address or config is given
@@ -349,9 +356,52 @@ def connect(
         client = _from_config(check_cluster_config(target), timeout)
     else:
         client = _remote(str(target), timeout, security=None)
+    client.register_plugin(WorkerAllocator())
     if log is not None:
         log(f"Dask dashboard: {client.dashboard_link}")
     return client
+
+
+#: glibc's trim and mmap thresholds on the workers (64 MiB): a zarr inner chunk (32 MB) or
+#: a sketch block's temporaries come from the heap and go back to it
+WORKER_MALLOC_BYTES = 64 * 2**20
+
+
+class WorkerAllocator(WorkerPlugin):  # type: ignore[misc]
+    """Raise glibc's trim and mmap thresholds on each worker (existing and joining).
+
+    A nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536`` (distributed's
+    ``pre-spawn-environ``), which also fixes the mmap threshold at 128 kB: every larger
+    buffer is then a fresh mapping whose pages fault in again, each time. On a
+    59,784 × 1,000 float32 subject that made reading its store 0.29–0.42 s against
+    0.12–0.15 at these thresholds, and the sparse sketch's product 0.50–0.64 s against
+    0.20–0.22 (one thread, the same code and subject). At 64 MiB freed blocks stay in the heap
+    for the next ones, and larger ones are still returned at once.
+    """
+
+    name = "lsd-dask-allocator"
+    idempotent = True
+
+    def __init__(self, nbytes: int = WORKER_MALLOC_BYTES) -> None:
+        self.nbytes = nbytes
+
+    def setup(self, worker: Any) -> None:
+        set_allocator_thresholds(self.nbytes)
+
+
+def set_allocator_thresholds(nbytes: int) -> bool:
+    """Set this process's glibc ``M_TRIM_THRESHOLD`` and ``M_MMAP_THRESHOLD`` to
+    ``nbytes``; False where the C library has no ``mallopt`` (not glibc)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    return bool(mallopt(m_trim_threshold, nbytes)) and bool(mallopt(m_mmap_threshold, nbytes))
 
 
 def slurm_task_role(cfg: dict[str, Any] | None) -> str | None:

@@ -131,6 +131,54 @@ def test_cluster_configs_parse():
         load_cluster_config(root / "nope.yaml")
 
 
+def test_connect_has_the_workers_reuse_their_buffers(tmp_path):
+    """Workers started by a nanny (``dask worker``) map every buffer above 128 kB afresh
+    (its MALLOC_TRIM_THRESHOLD_ fixes glibc's mmap threshold there); once a run connects,
+    an 8 MB buffer comes from the heap, which keeps it for the next one."""
+    from distributed import Client
+
+    # defined here: the workers cannot import this test module, so it travels by value
+    def mapped_bytes_of_a_new_buffer(nbytes: int = 8 << 20) -> int:
+        """Bytes glibc maps afresh for a new ``nbytes`` buffer (mallinfo2's hblkhd)."""
+        import ctypes
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [
+                (name, ctypes.c_size_t)
+                for name in (
+                    "arena", "ordblks", "smblks", "hblks", "hblkhd",
+                    "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+                )
+            ]  # fmt: skip
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+        before = libc.mallinfo2().hblkhd
+        buf = np.empty(nbytes, np.uint8)
+        mapped = libc.mallinfo2().hblkhd - before
+        del buf
+        return int(mapped)
+
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallinfo2  # noqa: B018 - glibc 2.33 or newer
+    except (OSError, AttributeError):
+        pytest.skip("needs glibc's mallinfo2")
+    cluster = ProcessCluster(tmp_path, n_workers=2)
+    try:
+        with Client(cluster.address) as plain:
+            plain.wait_for_workers(2)
+            before = plain.run(mapped_bytes_of_a_new_buffer)
+        with connect(cluster.address, log=None) as client:
+            after = client.run(mapped_bytes_of_a_new_buffer)
+    finally:
+        cluster.close()
+    assert len(before) == len(after) == 2
+    assert all(v >= 8 << 20 for v in before.values()), before
+    assert all(v == 0 for v in after.values()), after
+
+
 def test_local_config_starts_and_closes_cluster():
     root = Path(__file__).resolve().parents[1] / "cluster_configs"
     cfg = load_cluster_config(root / "local.yaml")

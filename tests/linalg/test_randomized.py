@@ -304,6 +304,30 @@ def test_the_sparse_sign_test_matrix_does_not_depend_on_how_it_is_cut(start, wid
     assert stop < 20 or not np.array_equal(other, whole)  # by chance: 2⁻²⁰ at most
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 700),
+    width=st.integers(1, 60),
+    l=st.integers(1, 30),
+    kind=st.sampled_from(["sparse", "gaussian"]),
+    seed=st.integers(0, 2**16),
+)
+def test_a_sketch_product_adds_x_times_omega_in_place(n, width, l, kind, seed):
+    """``_add_times`` adds x Ω (Ω's block dense or CSR) into ``out`` itself, as numpy's
+    dense product does, for row counts across its 256-row pieces; ``out`` may be a view."""
+    from lsd_dask.linalg.randomized import _add_times, _TestMatrix
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, width)).astype(np.float32)
+    rows = _TestMatrix(seed, kind).rows(3, 3 + width, l, np.float32)
+    dense = rows.toarray() if kind == "sparse" else rows
+    base = rng.standard_normal((2, n, l)).astype(np.float32)
+    expect = base[1] + x.astype(np.float64) @ dense
+    got = _add_times(base[1], x, rows)
+    assert got is base[1] or np.shares_memory(got, base)
+    np.testing.assert_allclose(base[1], expect, rtol=1e-5, atol=1e-4)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     widths=st.lists(st.integers(1, 40), min_size=1, max_size=12),
