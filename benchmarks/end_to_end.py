@@ -8,10 +8,14 @@ single-threaded workers with a per-worker memory limit, into a fresh output fold
 
 Per stage it reports the seconds (``report.json``), the peak resident memory of the client
 and of each worker and the bytes the client and the workers read from disk (``/proc/<pid>/io``),
-sampled every 0.5 s and attributed to the stage whose log line came last, beside the
-stage's bound:
-- mask and ingest: the input bytes at the disk's cold read rate (``--disk-gbps``; 0.4–0.6
-  GB/s measured on the development machine, 0.5 by default);
+and the bytes they wrote (``/proc/<pid>/io``), sampled every 0.5 s and attributed to the
+stage whose log line came last, beside the stage's bound:
+- mask and ingest: it reads the inputs and writes the split stores, as much again, through
+  the same disk: the larger of the input bytes at the disk's cold read rate and the bytes
+  written at its write rate, both measured at the start of the run on the study's file
+  system (:func:`disk_rates`: a 2 GB file written and synced, dropped from the page cache
+  and read back; ``--disk-gbps`` sets both rates instead). A lower bound: it assumes the
+  reads and the writes overlap in full;
 - svd: the GEMM work ``p × 2 n m l`` per split, p the dense products (``svd_passes``:
   ``2 q`` without the final pass, the pipeline's default; the sketch with its sparse
   sign test matrix is not a GEMM and is not counted) at the float32 rate measured at the
@@ -77,7 +81,12 @@ def main() -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=[50, 100, 200, 300, 400])
     ap.add_argument("--memory-limit", default="4GB", help="per worker")
     ap.add_argument("--cold", action="store_true", help="drop the page cache first (root)")
-    ap.add_argument("--disk-gbps", type=float, default=0.5)
+    ap.add_argument(
+        "--disk-gbps",
+        type=float,
+        default=None,
+        help="the disk's read and write rate (default: measured at the start)",
+    )
     ap.add_argument("--no-svd-reference", action="store_true")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -113,6 +122,11 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     from lsd_dask.pipeline.run import run_pipeline
 
     gflops = gemm_gflops(n_workers)
+    disk = (
+        {"read_gbps": args.disk_gbps, "write_gbps": args.disk_gbps}
+        if args.disk_gbps
+        else disk_rates(args.study)
+    )
     if args.cold:
         os.sync()
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
@@ -150,8 +164,11 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     products, _ = svd_passes(cfg.svd)
     svd_flops = 2 * products * 2 * n_kept * m * l_cols
     fit_flops = sum(2 * n_kept * rank * k * it for k, _, it in fits)
+    written = usage["mask_ingest"]["written"]
     bounds = {
-        "mask_ingest": input_bytes / (args.disk_gbps * 1e9),
+        "mask_ingest": max(
+            input_bytes / (disk["read_gbps"] * 1e9), written / (disk["write_gbps"] * 1e9)
+        ),
         "svd": svd_flops / (gflops * 1e9),
         "cluster": fit_flops / (gflops * 1e9),
     }
@@ -160,6 +177,7 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
         "memory_limit": args.memory_limit,
         "cold": args.cold,
         "gemm_gflops": gflops,
+        "disk_gbps": disk,
         "input_gb": input_bytes / 1e9,
         "timings_s": timings,
         "total_s": timings["total"],
@@ -174,13 +192,15 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
 
 class StageMeter:
     """Peak resident memory of the client and of each worker, and the bytes they read from
-    disk, sampled every ``interval`` seconds and attributed to the stage whose log line came
-    last (:meth:`log` receives the pipeline's lines)."""
+    and wrote to disk, sampled every ``interval`` seconds and attributed to the stage whose
+    log line came last (:meth:`log` receives the pipeline's lines)."""
 
     def __init__(self, interval: float = 0.5) -> None:
         self.stage = "preflight"
         self.interval = interval
-        self.usage = {s: {"client_peak": 0, "worker_peak": {}, "read": 0} for s in STAGES}
+        self.usage = {
+            s: {"client_peak": 0, "worker_peak": {}, "read": 0, "written": 0} for s in STAGES
+        }
         self.lines: list[str] = []
 
     def log(self, line: str) -> None:
@@ -211,7 +231,7 @@ class StageMeter:
 
         pids = client.run(os.getpid)
         procs = {"client": psutil.Process()} | {a: psutil.Process(p) for a, p in pids.items()}
-        last = {name: _read_bytes(p) for name, p in procs.items()}
+        last = {name: _io_bytes(p) for name, p in procs.items()}
         stop = threading.Event()
 
         def sample() -> None:
@@ -220,11 +240,12 @@ class StageMeter:
                 for name, p in procs.items():
                     try:
                         rss = p.memory_info().rss
-                        read = _read_bytes(p)
+                        io = _io_bytes(p)
                     except psutil.Error:
                         continue
-                    u["read"] += read - last[name]
-                    last[name] = read
+                    u["read"] += io[0] - last[name][0]
+                    u["written"] += io[1] - last[name][1]
+                    last[name] = io
                     if name == "client":
                         u["client_peak"] = max(u["client_peak"], rss)
                     else:
@@ -253,21 +274,14 @@ def svd_passes(svd: Any) -> tuple[int, int]:
 def time_svd(cfg, out: Path, cold: bool) -> float:
     """The pipeline's SVD call on split 1's store, on its own (as benchmarks/svd.py)."""
     from lsd_dask.io import open_split
-    from lsd_dask.linalg import randomized_svd
+    from lsd_dask.pipeline.svd import group_svd
 
     if cold:
         os.sync()
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
     st = open_split(out / "work" / "split1.zarr")
     t0 = time.perf_counter()
-    U, s, _ = randomized_svd(
-        st.column_blocks,
-        int(min(cfg.svd.rank, *st.data.shape)),
-        n_power_iter=cfg.svd.n_power_iter,
-        fuse_passes=cfg.svd.fuse_passes,
-        final_pass=cfg.svd.final_pass,
-        random_state=cfg.random_state,
-    )
+    U, _ = group_svd(st.column_blocks, cfg.svd, cfg.random_state)
     U.compute()
     return time.perf_counter() - t0
 
@@ -287,9 +301,16 @@ def gemm_gflops(threads: int) -> float:
 
 
 def print_table(w: int, r: dict) -> None:
-    print(f"\n### {w} worker(s), {r['memory_limit']} each; GEMM {r['gemm_gflops']:.0f} GFLOP/s")
-    print("| stage | seconds | bound (s) | client peak (GB) | worker peaks (GB) | read (GB) |")
-    print("|---|---|---|---|---|---|")
+    d = r["disk_gbps"]
+    print(
+        f"\n### {w} worker(s), {r['memory_limit']} each; GEMM {r['gemm_gflops']:.0f} GFLOP/s; "
+        f"disk read {d['read_gbps']:.2f} GB/s, write {d['write_gbps']:.2f} GB/s"
+    )
+    print(
+        "| stage | seconds | bound (s) | client peak (GB) | worker peaks (GB) | read (GB) "
+        "| written (GB) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for stage in STAGES:
         u = r["usage"][stage]
         sec = r["timings_s"].get(stage)
@@ -298,9 +319,9 @@ def print_table(w: int, r: dict) -> None:
         print(
             f"| {stage} | {'–' if sec is None else f'{sec:.0f}'} | "
             f"{'–' if bound is None else f'{bound:.0f}'} | {u['client_peak'] / 1e9:.2f} | "
-            f"{peaks} | {u['read'] / 1e9:.1f} |"
+            f"{peaks} | {u['read'] / 1e9:.1f} | {u['written'] / 1e9:.1f} |"
         )
-    print(f"| total | {r['total_s']:.0f} | | | | |")
+    print(f"| total | {r['total_s']:.0f} | | | | | |")
     ev = r["timings_s"].get("evaluate")
     if ev is not None:
         rest = r["total_s"] - ev
@@ -314,13 +335,43 @@ def print_table(w: int, r: dict) -> None:
         )
 
 
-def _read_bytes(p) -> int:
-    """Bytes the process made the storage layer fetch (page-cache hits excluded)."""
+def _io_bytes(p) -> tuple[int, int]:
+    """Bytes the process made the storage layer fetch (page-cache hits excluded) and send
+    (its writes, counted when they dirty the page cache)."""
     try:
         with open(f"/proc/{p.pid}/io") as f:
-            return next(int(x.split()[1]) for x in f if x.startswith("read_bytes"))
-    except (OSError, StopIteration):
-        return 0
+            fields = dict(line.split(": ") for line in f.read().splitlines())
+        return int(fields["read_bytes"]), int(fields["write_bytes"])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+
+
+def disk_rates(folder: Path, nbytes: int = 2 * 2**30) -> dict[str, float]:
+    """The disk's write and cold read rates (GB/s) under ``folder``: a file of ``nbytes``
+    written in 64 MiB pieces and synced, dropped from the page cache
+    (``posix_fadvise(DONTNEED)``, no root needed) and read back, then removed."""
+    path = folder / ".disk_rates.tmp"
+    piece = np.random.default_rng(0).integers(0, 255, 64 * 2**20, dtype=np.uint8).tobytes()
+    try:
+        t0 = time.perf_counter()
+        with open(path, "wb") as f:
+            for _ in range(nbytes // len(piece)):
+                f.write(piece)
+            f.flush()
+            os.fsync(f.fileno())
+        write = nbytes / (time.perf_counter() - t0) / 1e9
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            t0 = time.perf_counter()
+            while os.read(fd, len(piece)):
+                pass
+            read = nbytes / (time.perf_counter() - t0) / 1e9
+        finally:
+            os.close(fd)
+    finally:
+        path.unlink(missing_ok=True)
+    return {"read_gbps": read, "write_gbps": write}
 
 
 if __name__ == "__main__":

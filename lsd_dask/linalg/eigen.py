@@ -80,7 +80,9 @@ def top_eigenpairs_from_factor(
         else:
             from .randomized import randomized_svd
 
-            U, s, _ = randomized_svd(F, k, n_power_iter=4, random_state=random_state)
+            U, s, _ = randomized_svd(
+                F, k, n_power_iter=4, random_state=random_state, return_vt=False
+            )
         (s,) = compute(s)
         return _fix_signs(np.asarray(s[:k], np.float64) ** 2, U[:, :k])
     F = np.asarray(F)

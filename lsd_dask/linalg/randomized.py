@@ -65,8 +65,9 @@ def randomized_svd(
     fuse_passes: bool = True,
     final_pass: bool = True,
     test_matrix: str = "sparse",
+    return_vt: bool = True,
     progress: Callable[[str], None] | None = None,
-) -> tuple[Any, np.ndarray, np.ndarray]:
+) -> tuple[Any, np.ndarray, np.ndarray | None]:
     """Rank-k SVD ``X ≈ U diag(s) Vt`` by randomized subspace iteration.
 
     Halko–Martinsson–Tropp's range finder: ``Q = orth(X Ω)``, then ``n_power_iter`` times
@@ -117,6 +118,10 @@ def randomized_svd(
         Ω's entries: a sparse sign matrix (8 entries ±1 a row, [3]_), whose ``X Ω``
         costs a quarter of a Gaussian Ω's product, or standard normal ones (Halko's).
         After the power iterations both give bases of the same accuracy.
+    return_vt : bool, default=True
+        ``False``: Vt is None, and the orthonormal factor of the m × l row basis is never
+        formed (only its R). For a split of 33,000 columns at l = 1,010 that is 1.5 s of
+        the QR and 0.7 s of the product with it, in this process, while the workers wait.
     progress : callable, optional
         For a column-block source: receives one line per pass over X when the pass is done
         (``"pass 2 of 4 (power): 51.3 s"``), for batch logs.
@@ -125,7 +130,7 @@ def randomized_svd(
     -------
     U : dask array (numpy for numpy X) of shape (n, k)
     s : ndarray of shape (k,)
-    Vt : ndarray of shape (k, m)
+    Vt : ndarray of shape (k, m), or None with ``return_vt=False``
         Signs fixed so the largest-magnitude entry of each column of U is positive; dtype
         float32 when X is float32.
 
@@ -158,13 +163,14 @@ def randomized_svd(
     else:
         passes = _NumpyPasses(np.asarray(X, dtype), l, omega)
     P, M, Q = range_finder(
-        passes, n_power_iter, fuse=fuse_passes, final_pass=final_pass, progress=progress
+        passes, n_power_iter, fuse=fuse_passes, final_pass=final_pass, row_basis=return_vt,
+        progress=progress,
     )
     # B = Qᵀ X = (P M)ᵀ with P orthonormal: B's SVD is M's (l × l, float64 on the client),
     # its right vectors taken back through P
     Vm, s, Umt = np.linalg.svd(M, full_matrices=False)
     Ub, s = np.ascontiguousarray(Umt.T[:, :k], dtype), s[:k]
-    Vt = (P @ Vm[:, :k]).T
+    Vt = (P @ Vm[:, :k]).T if P is not None else None
     if is_dask(Q):
         # row block by row block (dask's matmul would rechunk the k columns)
         U = da.map_blocks(np.matmul, Q, Ub, chunks=(Q.chunks[0], (k,)), dtype=dtype)
@@ -173,7 +179,7 @@ def randomized_svd(
     else:
         U = Q @ Ub
     U, Vt = svd_flip(U, Vt)
-    return U, s.astype(dtype), Vt.astype(dtype)
+    return U, s.astype(dtype), None if Vt is None else Vt.astype(dtype)
 
 
 def svd_task_bytes(
@@ -306,8 +312,9 @@ def range_finder(
     *,
     fuse: bool = True,
     final_pass: bool = True,
+    row_basis: bool = True,
     progress: Callable[[str], None] | None = None,
-) -> tuple[np.ndarray, np.ndarray, Any]:
+) -> tuple[np.ndarray | None, np.ndarray, Any]:
     """Halko's randomized range finder over X, read only through ``passes``.
 
     ``Q = orth(X Ω)``; then ``n_power_iter`` times ``Q = orth(X Xᵀ Q)`` (``fuse``: one read
@@ -319,9 +326,11 @@ def range_finder(
     ``Z = Xᵀ Q_prev`` too, and with ``P R = qr(Z)`` and ``Y = X Z``,
     ``Qᵀ X P Pᵀ = (Qᵀ Y) R⁻¹ Pᵀ`` stands for ``Qᵀ X`` (X approximated on the row basis P).
 
+    With ``row_basis=False`` P is None: only M is formed (the R factors of the QRs).
+
     Returns
     -------
-    P : ndarray of shape (m, l)
+    P : ndarray of shape (m, l), or None
         Orthonormal columns (float64), and
     M : ndarray of shape (l, l)
         (float64) such that ``P M = Bt = Xᵀ Q`` (without ``final_pass``: ``P R⁻ᵀ Yᵀ Q``):
@@ -345,7 +354,7 @@ def range_finder(
             Y, Z = passes.power_and_transpose(Q)
             Q, R = passes.orthonormal_r(Y)  # Qᵀ Y = R
             done(i + 2, "power")
-            return (*_row_basis_bt(Z, R), Q)
+            return (*_row_basis_bt(Z, R, row_basis), Q)
         if fuse:
             Y = passes.power(Q)
         else:
@@ -354,18 +363,34 @@ def range_finder(
         Q = passes.orthonormal(Y)
         done(i + 2, "power")
     Bt = np.asarray(passes.transpose(Q), np.float64)
-    P, M = sla.qr(Bt, mode="economic", check_finite=False)
+    if row_basis:
+        P, M = sla.qr(Bt, mode="economic", check_finite=False)
+    else:
+        P, M = None, _r_factor(Bt)
     done(total, "transpose")
     return P, M, Q
 
 
-def _row_basis_bt(Z: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _row_basis_bt(
+    Z: np.ndarray, C: np.ndarray, row_basis: bool = True
+) -> tuple[np.ndarray | None, np.ndarray]:
     """``P, M`` with ``P M = P (C R⁻¹)ᵀ`` and ``P R = qr(Z)``, in float64: the transpose of
-    ``Qᵀ X P Pᵀ`` when ``C = Qᵀ X Z`` (so that ``C R⁻¹ = Qᵀ X P``)."""
-    P, R = sla.qr(np.asarray(Z, np.float64), mode="economic", check_finite=False)
+    ``Qᵀ X P Pᵀ`` when ``C = Qᵀ X Z`` (so that ``C R⁻¹ = Qᵀ X P``); P is None without
+    ``row_basis`` (R alone is a QR without forming its orthonormal factor)."""
+    Z = np.asarray(Z, np.float64)
+    if row_basis:
+        P, R = sla.qr(Z, mode="economic", check_finite=False)
+    else:
+        P, R = None, _r_factor(Z)
     # C R⁻¹ = Mᵀ with Rᵀ M = Cᵀ: a triangular solve, no inverse
     M = sla.solve_triangular(R, np.asarray(C, np.float64).T, trans="T", check_finite=False)
     return P, M
+
+
+def _r_factor(a: np.ndarray) -> np.ndarray:
+    """The economic QR's R of a tall ``a`` (m ≥ l), without forming Q: scipy's ``"r"``
+    mode gives the full m × l upper-trapezoidal R, whose first l rows these are."""
+    return np.asarray(sla.qr(a, mode="r", check_finite=False)[0][: a.shape[1]])
 
 
 def tsqr(
@@ -557,12 +582,10 @@ class _BlockPasses:
 
     def power_and_transpose(self, Q: Any) -> tuple[Any, np.ndarray]:
         tasks = self._tasks("power_and_transpose", Q)
-        n = self.z.shape[0]
-        total = delayed(_add_all)([t[0] for t in tasks])
+        Y = self._row_sums([t[0] for t in tasks])
         # one graph: each group task runs once and gives both its sum and its Xᵀ Q blocks
-        total, blocks = dask_persist(total, [t[1] for t in tasks])
+        Y, blocks = dask_persist(Y, [t[1] for t in tasks])
         (blocks,) = dask_compute(blocks)
-        Y = da.from_delayed(total, (n, self.l), dtype=self.dtype)
         return Y, np.concatenate([b for group in blocks for b in group])
 
     def transpose(self, Q: Any) -> np.ndarray:
@@ -590,8 +613,25 @@ class _BlockPasses:
         ]
 
     def _summed(self, kind: str, W: Any = None) -> Any:
-        total = delayed(_add_all)(self._tasks(kind, W))
-        return da.from_delayed(total, (self.z.shape[0], self.l), dtype=self.dtype)
+        return self._row_sums(self._tasks(kind, W))
+
+    def _row_sums(self, parts: list[Any]) -> Any:
+        """The sum of the groups' n × l results, one task per row block of the basis.
+
+        Each row block's sum takes only those rows of each group's result, and the
+        scheduler places the blocks' sums (and then their QRs) on different workers: with
+        one sum of the whole, both row blocks were on one worker, and on 2 workers their
+        QRs (2.2–2.8 s each at full size) ran one after the other, or the second only
+        once the scheduler had moved it.
+        """
+        cuts = np.cumsum([0, *self.row_chunks]).tolist()
+        blocks = []
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            rows = [delayed(_rows, pure=True)(p, a, b) for p in parts]
+            blocks.append(
+                da.from_delayed(delayed(_add_all)(rows), (b - a, self.l), dtype=self.dtype)
+            )
+        return da.concatenate(blocks, axis=0)
 
 
 def _is_block_source(X: Array) -> bool:
@@ -614,6 +654,7 @@ def _group_pass(
     ``transpose``: [X_jᵀ W, …]; ``power_and_transpose``: (Σ X_j (X_jᵀ W), [X_jᵀ W, …]).
     """
     n = z.shape[0]
+    W = [_aligned(w) for w in W] if isinstance(W, list) else _aligned(W)
     buf: np.ndarray | None = None
     # the transpose pass keeps its blocks apart: no n × l buffers for it; the sketch adds
     # into acc in place
@@ -646,6 +687,26 @@ def _group_pass(
     return out if acc is None else acc[None]
 
 
+def _aligned(a: Any) -> Any:
+    """``a``, or an aligned copy of it where its data are not aligned for its dtype.
+
+    An array a task receives from another worker is rebuilt on the bytes of the message
+    at whatever offset it had there: a Q row block arrived 2 bytes past a 4-byte boundary.
+    numpy then copies such an operand into an aligned buffer on every product it takes
+    part in: ``Xᵀ Q`` of one 59,784 × 1,000 subject with the received blocks took 1.3–1.7 s
+    against 1.2 s with aligned ones (one thread), and a group task makes that product for
+    every subject of its group. One copy per task instead.
+    """
+    if isinstance(a, np.ndarray) and not a.flags.aligned:
+        return np.array(a, copy=True)
+    return a
+
+
+def _rows(part: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Rows ``a:b`` of a (1, n, l) group result, as a (1, b − a, l) view."""
+    return part[:, a:b]
+
+
 def _equal_groups(bounds: list[tuple[int, int]], n_groups: int) -> list[list[tuple[int, int]]]:
     """``n_groups`` contiguous runs of the columns of ``bounds``, of equal width (±1); a
     block across a run's edge goes in two pieces, one to each run."""
@@ -653,6 +714,8 @@ def _equal_groups(bounds: list[tuple[int, int]], n_groups: int) -> list[list[tup
     edges = np.linspace(0, m, max(n_groups, 1) + 1).round().astype(int).tolist()
     groups = []
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        if hi <= lo:  # more groups than columns: this one gets none
+            continue
         pieces = [(max(a, lo), min(b, hi)) for a, b in bounds if a < hi and b > lo]
         if pieces:
             groups.append(pieces)

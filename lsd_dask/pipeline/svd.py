@@ -213,6 +213,7 @@ def group_svd(
         final_pass=settings.final_pass,
         test_matrix=settings.test_matrix,
         random_state=random_state,
+        return_vt=False,  # a run keeps U and s only
         progress=progress,
     )
     return U, s

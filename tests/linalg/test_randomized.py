@@ -243,6 +243,113 @@ def test_zarr_input_under_distributed_workers(store):
     np.testing.assert_allclose(Vtf, Vtn, atol=2e-4)
 
 
+def test_block_passes_sum_each_row_block_of_the_basis_on_its_own(store):
+    """A pass's sum is one task per row block of the basis, each over only those rows of
+    every group's result: the blocks' sums (and their QRs) can run on different workers,
+    where one sum of the whole put both row blocks on one worker. Under 2 worker processes
+    the answer is numpy's passes', and without Vt the same U and s."""
+    from distributed import Client, LocalCluster
+
+    from lsd_dask.linalg.randomized import _BlockPasses, _TestMatrix
+
+    p, subs, _ = store
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=":0",
+        ) as cluster,
+        Client(cluster),
+    ):  # fmt: skip
+        passes = _BlockPasses(open_split(p).column_blocks, 16, _TestMatrix(0), np.float32, True)
+        Y = passes.sketch()
+        assert passes.row_chunks == (300, 300) and Y.chunks == ((300, 300), (16,))
+        graph = dict(Y.__dask_graph__())
+        sums = [t for k, t in graph.items() if str(k).startswith("_add_all-")]
+        assert len(sums) == 2  # one per row block
+        for t in sums:  # over a row piece of each group's result, never a whole one
+            assert all(str(d).startswith("_rows-") for d in t.dependencies)
+            groups = {g for d in t.dependencies for g in graph[d].dependencies}
+            assert len(t.dependencies) == 2 and len(groups) == 2
+        X = np.concatenate([x for _, x in subs], axis=1)
+        np.testing.assert_allclose(Y.compute(), passes_numpy_sketch(X, 16), rtol=1e-4, atol=1e-3)
+        U, s, Vt = randomized_svd(open_split(p).column_blocks, 6, random_state=3)
+        U = U.compute()
+        Uv, sv, no_vt = randomized_svd(
+            open_split(p).column_blocks, 6, random_state=3, return_vt=False
+        )
+        Uv = Uv.compute()
+    Un, sn, Vtn = randomized_svd(X, 6, random_state=3)
+    np.testing.assert_allclose(s, sn, rtol=1e-5)
+    np.testing.assert_allclose(U, Un, atol=2e-4)
+    np.testing.assert_allclose(Vt, Vtn, atol=2e-4)
+    assert no_vt is None
+    np.testing.assert_array_equal(sv, s)
+    np.testing.assert_array_equal(Uv, U)
+
+
+def passes_numpy_sketch(X, l):
+    from lsd_dask.linalg.randomized import _NumpyPasses, _TestMatrix
+
+    return _NumpyPasses(X, l, _TestMatrix(0)).sketch()
+
+
+@pytest.mark.parametrize("final_pass", [True, False])
+def test_without_vt_the_same_u_and_s(final_pass):
+    """``return_vt=False`` forms no row basis and changes nothing else."""
+    X = np.concatenate([x for _, x in _low_rank(n=300, t=40, s=3)], axis=1)
+    U, s, Vt = randomized_svd(X, 8, random_state=1, final_pass=final_pass)
+    U2, s2, Vt2 = randomized_svd(X, 8, random_state=1, final_pass=final_pass, return_vt=False)
+    assert Vt.shape == (8, X.shape[1]) and Vt2 is None
+    np.testing.assert_allclose(s2, s, rtol=1e-6)
+    np.testing.assert_allclose(U2, U, atol=1e-6)
+
+
+def test_a_received_misaligned_operand_is_copied_once_to_an_aligned_array():
+    """A float32 array whose data start 2 bytes past a 4-byte boundary (as one rebuilt on a
+    message's bytes can) comes back aligned and equal; an aligned one comes back as is;
+    a group pass given misaligned row blocks of Q gives the aligned blocks' result."""
+    from lsd_dask.linalg.randomized import _aligned, _group_pass, _TestMatrix
+
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((50, 7)).astype(np.float32)
+    raw = np.zeros(q.nbytes + 2, np.uint8)
+    raw[2:] = q.view(np.uint8).ravel()
+    odd = np.ndarray(q.shape, np.float32, buffer=raw, offset=2)
+    assert not odd.flags.aligned
+    np.testing.assert_array_equal(odd, q)
+    fixed = _aligned(odd)
+    assert fixed.flags.aligned and fixed.flags.c_contiguous
+    np.testing.assert_array_equal(fixed, q)
+    assert _aligned(q) is q
+
+    class Source:  # a column-block source of one 50 × 12 block
+        x = rng.standard_normal((50, 12)).astype(np.float32)
+        shape, dtype = x.shape, x.dtype
+
+        def read_columns(self, a, b, out):
+            out[...] = self.x[:, a:b]
+            return out
+
+    src = Source()
+    blocks = [q[:30], q[30:]]
+    half = [
+        np.ndarray(
+            b.shape,
+            np.float32,
+            buffer=np.concatenate([np.zeros(2, np.uint8), b.view(np.uint8).ravel()]),
+            offset=2,
+        )
+        for b in blocks
+    ]
+    assert not any(h.flags.aligned for h in half)
+    args = ([(0, 12)], "power")
+    rest = (_TestMatrix(0), 7, np.float32)
+    got = _group_pass(src, *args, half, *rest)
+    want = _group_pass(src, *args, blocks, *rest)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got[0], src.x @ (src.x.T @ q), rtol=1e-4, atol=1e-3)
+
+
 def test_rank_deficient_input_is_handled():
     """Exactly rank 3 with l > 3: the Householder QR keeps a valid basis; s[3:] ~ 0."""
     rng = np.random.default_rng(0)
