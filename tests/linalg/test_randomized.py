@@ -1,4 +1,5 @@
 import threading
+from contextlib import contextmanager
 
 import dask
 import dask.array as da
@@ -38,6 +39,21 @@ def store(tmp_path_factory):
     X = np.concatenate([x for _, x in subs], axis=1).astype(np.float64)
     U, s, Vt = np.linalg.svd(X, full_matrices=False)
     return p, subs, (U, s, Vt)
+
+
+@contextmanager
+def _two_workers():
+    """A LocalCluster of 2 single-threaded worker processes on 127.0.0.1, as the client."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=":0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        yield client
 
 
 def _min_cos(U, V):
@@ -132,19 +148,8 @@ def test_streaming_matches_exact_with_bounded_keep(store):
 
 
 def test_randomized_under_distributed_client(store):
-    from distributed import Client, LocalCluster
-
     p, _, (U0, s0, _) = store
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=":0",
-        ) as cluster,
-        Client(cluster),
-    ):
+    with _two_workers():
         U, s, _ = randomized_svd(open_split(p).data, 6, random_state=0)
         U = U.compute()
     np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
@@ -218,16 +223,8 @@ def test_linalg_imports_no_storage_library():
 
 def test_zarr_input_under_distributed_workers(store):
     """Worker processes open the store themselves; one group task per worker thread."""
-    from distributed import Client, LocalCluster
-
     p, _, (U0, s0, _) = store
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=":0",
-        ) as cluster,
-        Client(cluster),
-    ):  # fmt: skip
+    with _two_workers():
         U, s, _ = randomized_svd(open_split(p).column_blocks, 6, random_state=0)
         U = U.compute()
         # without the final pass: the group tasks give both products from one read
@@ -248,18 +245,10 @@ def test_block_passes_sum_each_row_block_of_the_basis_on_its_own(store):
     every group's result: the blocks' sums (and their QRs) can run on different workers,
     where one sum of the whole put both row blocks on one worker. Under 2 worker processes
     the answer is numpy's passes', and without Vt the same U and s."""
-    from distributed import Client, LocalCluster
-
     from lsd_dask.linalg.randomized import _BlockPasses, _TestMatrix
 
     p, subs, _ = store
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=":0",
-        ) as cluster,
-        Client(cluster),
-    ):  # fmt: skip
+    with _two_workers():
         passes = _BlockPasses(open_split(p).column_blocks, 16, _TestMatrix(0), np.float32, True)
         Y = passes.sketch()
         assert passes.row_chunks == (300, 300) and Y.chunks == ((300, 300), (16,))
