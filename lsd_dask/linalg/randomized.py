@@ -363,10 +363,7 @@ def range_finder(
         Q = passes.orthonormal(Y)
         done(i + 2, "power")
     Bt = np.asarray(passes.transpose(Q), np.float64)
-    if row_basis:
-        P, M = sla.qr(Bt, mode="economic", check_finite=False)
-    else:
-        P, M = None, _r_factor(Bt)
+    P, M = _economic_qr(Bt, with_q=row_basis)
     done(total, "transpose")
     return P, M, Q
 
@@ -378,19 +375,20 @@ def _row_basis_bt(
     ``Qᵀ X P Pᵀ`` when ``C = Qᵀ X Z`` (so that ``C R⁻¹ = Qᵀ X P``); P is None without
     ``row_basis`` (R alone is a QR without forming its orthonormal factor)."""
     Z = np.asarray(Z, np.float64)
-    if row_basis:
-        P, R = sla.qr(Z, mode="economic", check_finite=False)
-    else:
-        P, R = None, _r_factor(Z)
+    P, R = _economic_qr(Z, with_q=row_basis)
     # C R⁻¹ = Mᵀ with Rᵀ M = Cᵀ: a triangular solve, no inverse
     M = sla.solve_triangular(R, np.asarray(C, np.float64).T, trans="T", check_finite=False)
     return P, M
 
 
-def _r_factor(a: np.ndarray) -> np.ndarray:
-    """The economic QR's R of a tall ``a`` (m ≥ l), without forming Q: scipy's ``"r"``
-    mode gives the full m × l upper-trapezoidal R, whose first l rows these are."""
-    return np.asarray(sla.qr(a, mode="r", check_finite=False)[0][: a.shape[1]])
+def _economic_qr(a: np.ndarray, *, with_q: bool) -> tuple[np.ndarray | None, np.ndarray]:
+    """The economic QR of a tall ``a`` (m ≥ l); without ``with_q`` Q is None and never
+    formed (scipy's ``"r"`` mode gives the full m × l upper-trapezoidal R, whose first l
+    rows are the economic R)."""
+    if with_q:
+        q, r = sla.qr(a, mode="economic", check_finite=False)
+        return q, r
+    return None, np.asarray(sla.qr(a, mode="r", check_finite=False)[0][: a.shape[1]])
 
 
 def tsqr(
