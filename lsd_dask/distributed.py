@@ -33,6 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from ._validation import Array
 __all__ = [
     "active_client",
     "task_location",
+    "io_slot",
     "finished",
     "show_progress",
     "scattered_rows",
@@ -164,6 +166,34 @@ def task_location() -> str:
         return str(get_worker().address)
     except ValueError:
         return "client"
+
+
+@contextmanager
+def io_slot() -> Iterator[None]:
+    """Run the block's I/O outside the worker's thread pool, one such block per process.
+
+    On a worker, the task first takes the process's one I/O slot (waiting, with its
+    thread held, while another task's block runs), then secedes: the worker starts its
+    next task while this one waits on the disk. A subject's store write spends most of
+    its time asleep in the kernel's write-back throttling once the page cache holds its
+    limit of dirty pages, and a 1-thread worker left its core idle for all of it. One slot
+    per process bounds what is held: the subject being written and the one being read.
+    Outside a worker the block just runs.
+    """
+    from distributed import get_worker, secede
+
+    try:
+        get_worker()
+    except ValueError:
+        yield
+        return
+    with _IO_SLOT:
+        secede()
+        yield
+
+
+#: the process's one slot for :func:`io_slot`
+_IO_SLOT = threading.Lock()
 
 
 #: how long every worker may stay paused (over its memory's pause threshold) before the

@@ -16,7 +16,7 @@ import pytest
 
 from lsd_dask.cluster import DirectionalClustering, HierarchicalLSD, SphericalKMeans
 from lsd_dask.datasets import brain_grid
-from lsd_dask.distributed import connect, load_cluster_config
+from lsd_dask.distributed import connect, io_slot, load_cluster_config
 from lsd_dask.testing.processes import ProcessCluster
 
 
@@ -349,3 +349,56 @@ def test_slurm_runner_options_expand_like_a_job_script(monkeypatch):
     assert scheduler == {"dashboard_address": ":8787"}
     monkeypatch.delenv("TMPDIR")  # a site without it: Dask's own default, not "$TMPDIR"
     assert "local_directory" not in _runner_options(cfg)[2]
+
+
+def _in_io_slot(name: str) -> tuple[float, float]:
+    """A task: enter the I/O slot, say so, stay until told; when it entered and left."""
+    from distributed import Event
+
+    with io_slot():
+        entered = time.monotonic()
+        Event(f"{name}-in").set()
+        assert Event(f"{name}-go").wait(60)
+        left = time.monotonic()
+    return entered, left
+
+
+def _say(name: str) -> bool:
+    from distributed import Event
+
+    Event(name).set()
+    return True
+
+
+def test_io_slot_frees_a_one_thread_worker_for_its_next_task_one_block_at_a_time():
+    """A task in its I/O block leaves the worker's only thread to the next task; a second
+    task reaching its block waits there until the first has left it."""
+    from distributed import Client, Event, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=None,
+        ) as lc,
+        Client(lc) as client,
+    ):  # fmt: skip
+        a = client.submit(_in_io_slot, "a", pure=False)
+        assert Event("a-in", client=client).wait(60)
+        b = client.submit(_say, "b-ran", pure=False)
+        # without the secession this waits for a, which waits for "a-go": a timeout
+        assert Event("b-ran", client=client).wait(20)
+        assert b.result()
+        c = client.submit(_in_io_slot, "c", pure=False)
+        assert not Event("c-in", client=client).wait(2)  # the slot is a's
+        Event("a-go", client=client).set()
+        assert Event("c-in", client=client).wait(60)
+        Event("c-go", client=client).set()
+        (_, a_left), (c_entered, _) = a.result(), c.result()
+        assert c_entered >= a_left
+
+
+def test_io_slot_outside_a_worker_just_runs_the_block():
+    ran = []
+    with io_slot():
+        ran.append(threading.current_thread())
+    assert ran == [threading.current_thread()]

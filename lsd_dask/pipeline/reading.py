@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..distributed import task_location
+from ..distributed import io_slot, task_location
 from ..io.surface_files import load_subject, release_cache
 from ..io.zarr_store import SplitWriter
 from .config import PipelineConfig
@@ -94,8 +94,9 @@ def read_subject(
     if flat.any() and kept is not None:
         _raise_flat(s.subject, int(flat.sum()), int(np.flatnonzero(kept)[np.argmax(flat)]))
     stats["flat"] = np.flatnonzero(flat)
-    if not _aborted(abort):
-        writer.write(index, s.subject, x)
+    with io_slot():  # the next subject is read while this one is written
+        if not _aborted(abort):
+            writer.write(index, s.subject, x)
     return stats
 
 

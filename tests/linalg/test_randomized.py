@@ -560,3 +560,51 @@ def test_tsqr_against_scipy(dtype):
     Q = tsqr(da.from_array(Y, chunks=(60, 12)), (100,) * 5).compute()
     np.testing.assert_allclose(Q.T @ Q, np.eye(12), atol=tol)
     np.testing.assert_allclose(Q @ (Q.T @ Y), Y, atol=tol * 10 * np.abs(Y).max())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    t=st.integers(1, 30),
+    l=st.integers(1, 20),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    fortran_x=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_add_product_adds_x_times_w_into_the_buffer_itself(n, t, l, dtype, fortran_x, seed):
+    """``acc += x @ w`` in place, whatever the operands' order (an F-ordered x takes the
+    numpy path), equal to numpy's product and sum."""
+    from lsd_dask.linalg.randomized import _add_product
+
+    rng = np.random.default_rng(seed)
+    acc = rng.standard_normal((n, l)).astype(dtype)
+    x = rng.standard_normal((n, t)).astype(dtype)
+    x = np.asfortranarray(x) if fortran_x else x
+    w = rng.standard_normal((t, l)).astype(dtype)
+    expected = acc.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64)
+    out = _add_product(acc, x, w)
+    assert out is acc
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(acc, expected, rtol=tol, atol=tol * max(t, 1))
+
+
+def test_add_product_holds_no_product_sized_buffer():
+    """The BLAS call adds into the C-ordered buffer through its transpose: the largest
+    allocation is far below one n × l array (``acc += x @ w`` holds a whole one)."""
+    import tracemalloc
+
+    from lsd_dask.linalg.randomized import _add_product
+
+    rng = np.random.default_rng(0)
+    acc = rng.standard_normal((4000, 300)).astype(np.float32)
+    x = rng.standard_normal((4000, 50)).astype(np.float32)
+    w = rng.standard_normal((50, 300)).astype(np.float32)
+    expected = acc + x @ w
+    tracemalloc.start()
+    try:
+        _add_product(acc, x, w)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < acc.nbytes / 10
+    np.testing.assert_allclose(acc, expected, rtol=1e-5, atol=1e-4)
