@@ -211,3 +211,30 @@ def test_merge_small_regions_of_scattered_clusters(seed, k, min_size):
     assert out.max() == 1 or sizes.min() >= min_size
     pairs = set(zip(lab.tolist(), out.tolist(), strict=True))
     assert len({c for c, _ in pairs}) == len(pairs)  # each cluster lands in one parcel
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    n_cols=st.integers(1, 300),
+    n_iter=st.integers(0, 6),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_smooth_on_mesh_by_column_blocks_equals_the_dense_heat_kernel(seed, n_cols, n_iter, dtype):
+    """2-D float data (more columns than one block, some of them) blurred block by block:
+    the dense ``((D + I)^-1 (A + I))^n_iter @ X``, in the data's dtype."""
+    mesh = S.icosphere(3, radius=100.0)
+    A = mesh.adjacency()
+    X = np.random.default_rng(seed).standard_normal((mesh.n_vertices, n_cols)).astype(dtype)
+    M = A.toarray().astype(np.float64) + np.eye(mesh.n_vertices)
+    M /= M.sum(axis=1, keepdims=True)
+    want = np.linalg.matrix_power(M, n_iter) @ X.astype(np.float64)
+    got = S.smooth_on_mesh(X, A, n_iter=n_iter)
+    assert got.dtype == dtype and got.shape == X.shape
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if dtype == np.float64:  # the same values as whole-array steps, bit for bit
+        step = X
+        for _ in range(n_iter):
+            step = S._averaging_operator(A) @ step
+        np.testing.assert_array_equal(got, step)
