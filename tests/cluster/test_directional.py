@@ -220,3 +220,27 @@ def test_numpy_and_dask_agree_where_the_fit_descends():
     b = DirectionalClustering(k, max_iter=40, random_state=4).fit(da.from_array(X, chunks=(200, d)))
     np.testing.assert_array_equal(a.labels_, b.labels_)
     assert a.cost_history_ == pytest.approx(b.cost_history_)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 200),
+    d=st.integers(1, 40),
+    k=st.integers(1, 30),
+    rows=st.integers(1, 64),
+    lazy=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_float64_product_by_row_blocks_equals_the_whole_product(n, d, k, rows, lazy, seed):
+    """The Potts phase's scores product, a block of rows at a time into one float64 array:
+    the float32 product of the whole, widened (a dask X is computed whole)."""
+    from lsd_dask.cluster.directional import _times, _times_float64
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    W = rng.standard_normal((d, k))
+    want = np.asarray(_times(X, W), np.float64)
+    src = da.from_array(X, chunks=(max(1, n // 3), d)) if lazy else X
+    got = _times_float64(src, W, rows=rows)
+    assert got.dtype == np.float64 and got.shape == (n, k)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

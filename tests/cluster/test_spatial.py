@@ -175,3 +175,81 @@ def test_the_potts_phase_stops_once_a_round_moves_few_labels(tol):
     assert all(m > tol * n for m in moves[:-1])
     np.testing.assert_array_equal(state["fitted_to"], labels)
     assert np.all(np.diff(history) <= 1e-9 * np.abs(history).max())
+
+
+def _icm_whole_classes(S, labels, adjacency, beta, sweeps):
+    """ICM as written before its classes went in blocks: each colour class scored whole."""
+    A_ = sp.csr_matrix(adjacency)
+    n, k = S.shape
+    lab = np.asarray(labels, np.int64).copy()
+    col = greedy_colouring(A_)
+    for _ in range(sweeps):
+        changed = 0
+        for c in range(int(col.max()) + 1):
+            verts = np.flatnonzero(col == c)
+            H = sp.csr_matrix((np.ones(n), (np.arange(n), lab)), shape=(n, k))
+            local = S[verts] + beta * (A_[verts] @ H).toarray()
+            best = local.argmax(axis=1)
+            move = local[np.arange(verts.size), best] > local[np.arange(verts.size), lab[verts]]
+            changed += int(move.sum())
+            lab[verts[move]] = best[move]
+        if changed == 0:
+            break
+    return lab
+
+
+@given(seed=st.integers(0, 2**16), beta=st.floats(0.01, 1.0), block=st.integers(1, 300))
+@settings(max_examples=25, deadline=None)
+def test_icm_in_blocks_of_a_class_moves_as_whole_classes_do(seed, beta, block):
+    """A class scored a block of vertices at a time (every block against the labels before
+    the class moved) gives the labels of whole-class updates, exactly."""
+    from lsd_dask.cluster import _spatial
+
+    rng = np.random.default_rng(seed)
+    S = rng.standard_normal((A.shape[0], 6))
+    lab = rng.integers(0, 6, A.shape[0])
+    saved = _spatial._ICM_ROWS
+    _spatial._ICM_ROWS = block
+    try:
+        got = icm(S, lab, A, beta, sweeps=3)
+    finally:
+        _spatial._ICM_ROWS = saved
+    np.testing.assert_array_equal(got, _icm_whole_classes(S, lab, A, beta, 3))
+
+
+def test_the_potts_phase_holds_one_score_matrix_at_a_time():
+    """The previous round's scores are gone before the next are made, and the region moves
+    take no n × K temporary: the phase's peak stays well under two score matrices."""
+    import tracemalloc
+
+    from lsd_dask.cluster import _spatial
+    from lsd_dask.cluster._spatial import potts_phase
+
+    mesh = icosphere(40, radius=50.0)
+    adj = mesh.adjacency()
+    k = 200  # wide scores, as at a fine K: the mesh's own arrays are small beside them
+    truth = grow_regions(adj, 40, random_state=0)
+    rng = np.random.default_rng(0)
+    n = truth.size
+    state = {"round": 0}
+
+    def scores():
+        state["round"] += 1
+        S = rng.standard_normal((n, k))
+        S *= 0.2  # in place: the test's own scores make one matrix at a time
+        S[np.arange(n), truth] += 1.0
+        return S
+
+    lab0 = np.asarray(scores().argmax(axis=1))
+    nbytes = n * k * 8
+    saved = _spatial._ICM_ROWS
+    _spatial._ICM_ROWS = 1024  # ICM's blocks a small share of the scores, as at full size
+    tracemalloc.start()
+    try:
+        potts_phase(scores, lambda lab: None, lab0, adj, 0.3, sweeps=2, max_iter=4, tol=0.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        _spatial._ICM_ROWS = saved
+    assert state["round"] >= 3  # at least two rounds made new scores while others existed
+    assert peak < 1.6 * nbytes, peak / nbytes
