@@ -203,3 +203,23 @@ def test_an_hpc_cluster_waits_its_configured_timeout_for_a_first_job(kind, tmp_p
         waited = time.monotonic() - start
     assert "\n" not in str(err.value)
     assert 2 <= waited < 30
+
+
+def test_the_subject_an_io_slot_writes_holds_no_more_than_its_estimate(tmp_path):
+    """A worker's I/O slot holds the standardised series while zarr writes its shard
+    (a real split store): the series plus the write's own peak, within the estimate."""
+    from lsd_dask.io.zarr_store import build_split
+
+    n, t = 20_000, 200
+    x = np.random.default_rng(0).standard_normal((n, t)).astype(np.float32)
+    with build_split(tmp_path / "s.zarr", n_rows=n) as w:
+        w.write(0, "a", x)
+        tracemalloc.start()
+        w.write(1, "b", x)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        w.finish(["a", "b"], [t, t])
+    need = task_bytes(n, t, 10, False)["ingest_write"]
+    held = x.nbytes + peak
+    assert 0.5 * need < held <= need, (held, need)
+
