@@ -222,4 +222,3 @@ def test_the_subject_an_io_slot_writes_holds_no_more_than_its_estimate(tmp_path)
     need = task_bytes(n, t, 10, False)["ingest_write"]
     held = x.nbytes + peak
     assert 0.5 * need < held <= need, (held, need)
-
