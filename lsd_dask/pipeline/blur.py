@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import asdict
-from functools import partial
 from typing import Any
 
 import dask.array as da
@@ -27,8 +26,8 @@ from .. import __version__
 from ..distributed import active_client
 from ..io.zarr_store import open_split
 from ..selection import GRID_MM, choose_feature_blur
-from .placement import features_on_workers, svds_side_by_side
-from .stages import RunContext, Unit, side_by_side
+from .placement import features_on_workers
+from .stages import RunContext, Unit
 from .svd import group_svd, svd_features, svd_rank
 from .workdir import mesh_digest
 
@@ -93,40 +92,28 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
     k = min(cfg.ks)
     st = open_split(wd.store(split), storage_options=wd.folder.storage_options)
     client = active_client()
-    halves = st.column_blocks.halves()
-    n = halves[0].shape[0]
-    rank = max(svd_rank(cfg.svd, *h.shape) for h in halves)
-    # large features stay on the workers, where the blurs are scored as tasks, as the
-    # cluster stage's fits are: the client holds none of them
-    remote = client is not None and features_on_workers(client, n * rank * 4)
-
-    def half_features(i: int) -> Any:
-        half = halves[i - 1]
-        log(f"[blur] {split} half {i} of 2: rank {svd_rank(cfg.svd, *half.shape)} of "
-            f"{half.shape[0]} x {half.shape[1]}")
+    features = []
+    remote = False
+    for i, half in enumerate(st.column_blocks.halves(), 1):
+        n, m = half.shape
+        rank = svd_rank(cfg.svd, n, m)
+        # large features stay on the workers, where the blurs are scored as tasks, as the
+        # cluster stage's fits are: the client holds none of them
+        remote = client is not None and features_on_workers(client, n * rank * 4)
+        log(f"[blur] {split} half {i} of 2: rank {rank} of {n} x {m}")
         U, s = group_svd(
             half, cfg.svd, cfg.random_state,
-            progress=lambda line: log(f"[blur] {split} half {i} {line}"),
-        )
+            progress=lambda line, i=i: log(f"[blur] {split} half {i} {line}"),
+        )  # fmt: skip
         F = svd_features(U, s)
-        if remote and client is not None and isinstance(F, da.Array):
-            return client.compute(F)
-        return np.asarray(F.compute() if isinstance(F, da.Array) else F)
-
-    # the halves' SVDs side by side where the workers hold both (as the SVD stage's splits)
-    jobs = [partial(half_features, i) for i in (1, 2)]
-    features: list[Any] = [None, None]
-    if client is not None and svds_side_by_side(
-        client, n, halves[0].shape[1], max(st.timepoints), rank, 2
-    ):
-        for i, F in side_by_side(jobs):
-            features[i] = F
-    else:
-        features = [job() for job in jobs]
-    if remote and client is not None:
+        if remote and isinstance(F, da.Array):
+            features.append(client.compute(F))
+        else:
+            features.append(np.asarray(F.compute() if isinstance(F, da.Array) else F))
+    if remote:
         log(f"[blur] {split}: each blur scored as a task on {len(client.nthreads())} workers")
     choice = choose_feature_blur(
-        features[0], features[1], V, A, k,
+        *features, V, A, k,
         random_state=cfg.random_state,
         progress=lambda line: log(f"[blur] {split} K={k} {line}"),
         client=client if remote else None,

@@ -7,8 +7,7 @@ every worker holds them comfortably; otherwise as Dask graphs over row blocks
 SVD task fail the run in one line (:func:`check_worker_memory`): a worker over its pause
 threshold would otherwise wait for memory that never frees, and the run would hang. The
 evaluation scores parcellations as tasks when every worker holds a scoring task per
-thread (:func:`scoring_on_workers`), else in this process. The splits' SVDs (and the
-blur's halves') run side by side where every worker holds them (:func:`svds_side_by_side`).
+thread (:func:`scoring_on_workers`), else in this process.
 """
 
 from __future__ import annotations
@@ -26,13 +25,10 @@ __all__ = [
     "SCORING_PAIR_BYTES",
     "SCORING_PAIR_PEAK_BYTES",
     "SCORING_SPIN_BYTES",
-    "SVD_HELD_BASES",
     "check_worker_memory",
     "features_on_workers",
     "scoring_on_workers",
     "scoring_task_bytes",
-    "svd_held_bytes",
-    "svds_side_by_side",
     "task_bytes",
     "worker_peak_bytes",
     "INGEST_WRITE_BYTES_PER_VALUE",
@@ -56,44 +52,6 @@ def features_on_workers(client: Any, nbytes: int) -> bool:
     need = FIT_TASK_MEMORY_FACTOR * nbytes
     limits = _limits_and_threads(client)
     return bool(limits) and all(m == 0 or m >= need for m, _ in limits)
-
-
-def svds_side_by_side(
-    client: Any, n_vertices: int, n_columns: int, block: int, rank: int, n_svds: int
-) -> bool:
-    """Whether ``n_svds`` randomized SVDs (one per split, or per half) run side by side on
-    the workers: on every worker, what all of them keep there between their tasks
-    (:func:`svd_held_bytes`, Dask's managed memory) stays within the spill target
-    (``distributed.worker.memory.target`` of its limit), and that with one SVD task per
-    thread (:func:`svd_task_bytes`) below the spill threshold
-    (``distributed.worker.memory.spill``). Workers without a limit pass. At full scale
-    (59,784 × 33,000, rank 1,000) two SVDs need 2.9 GB a single-threaded worker: side by
-    side from 4.2 GB workers on."""
-    if n_svds < 2:
-        return False
-    task = svd_task_bytes(n_vertices, block, rank)
-    held = n_svds * svd_held_bytes(n_vertices, n_columns, rank)
-    target = dask.config.get("distributed.worker.memory.target", 0.6) or 1.0
-    spill = dask.config.get("distributed.worker.memory.spill", 0.7) or 1.0
-    limits = _limits_and_threads(client)
-    return bool(limits) and all(
-        m == 0 or (held <= target * m and t * task + held <= spill * m) for m, t in limits
-    )
-
-
-def svd_held_bytes(n_vertices: int, n_columns: int, rank: int) -> int:
-    """What a randomized SVD of an ``n_vertices × n_columns`` split keeps on one worker
-    between its tasks, at most, as Dask counts it: :data:`SVD_HELD_BASES` n × l float32
-    arrays and the m × l row-basis blocks of its last pass (l = rank + 10)."""
-    l = int(rank) + 10
-    return 4 * (SVD_HELD_BASES * int(n_vertices) + int(n_columns)) * l
-
-
-#: n × l arrays an SVD keeps on a worker between its tasks, as Dask counts them: the basis
-#: the pass read, a group's sum and its row blocks (views of it, counted again), and the row
-#: blocks' sums or the new basis. A scheduler plugin measured 4.07 (one worker) and 3.5
-#: (two) n × l with the row-basis blocks, on a 3,000 × 900 store at l = 50
-SVD_HELD_BASES = 4
 
 
 #: a scoring task's (:mod:`.evaluate`) memory, per vertex pair within DCBC's distance:

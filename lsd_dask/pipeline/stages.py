@@ -22,11 +22,10 @@ module with a :class:`Stage` class and one line in the run's stage list.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,16 +40,7 @@ from .workdir import WorkDir
 if TYPE_CHECKING:  # the configuration imports the stages' settings
     from .config import PipelineConfig
 
-__all__ = [
-    "Log",
-    "RunContext",
-    "Stage",
-    "Unit",
-    "get_log",
-    "run_stage",
-    "side_by_side",
-    "work_lock",
-]
+__all__ = ["Log", "RunContext", "Stage", "Unit", "get_log", "run_stage", "work_lock"]
 
 
 @dataclass
@@ -239,28 +229,3 @@ def run_stage(stage: Stage, ctx: RunContext) -> dict[str, Any]:
     ordered = {u.name: results[u.name] for u in units}
     ctx.results[stage.name] = ordered
     return ordered
-
-
-T = TypeVar("T")
-
-
-def side_by_side(jobs: Sequence[Callable[[], T]]) -> Iterator[tuple[int, T]]:
-    """Run each job in a thread of its own and yield ``(index, result)`` as each finishes.
-
-    For jobs that drive the cluster from this process (an SVD each): while one waits on
-    its own results, the others' tasks keep the workers busy. A job that fails does not
-    stop the others (a stage records what they yield, so a rerun keeps it); the first
-    failure is raised once all have finished.
-    """
-    with ThreadPoolExecutor(max(len(jobs), 1), thread_name_prefix="lsd-dask") as pool:
-        running = {pool.submit(job): i for i, job in enumerate(jobs)}
-        failed: BaseException | None = None
-        for done in as_completed(running):
-            try:
-                value = done.result()
-            except BaseException as err:  # the others run on
-                failed = failed or err
-                continue
-            yield running[done], value
-    if failed is not None:
-        raise failed

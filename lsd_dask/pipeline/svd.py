@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,8 +21,7 @@ from ..linalg import randomized_svd, streaming_svd
 from ..linalg.randomized import TEST_MATRICES, svd_task_bytes
 from ..similarity import unit_rows
 from . import files
-from .placement import svds_side_by_side
-from .stages import RunContext, Unit, side_by_side
+from .stages import RunContext, Unit
 
 __all__ = ["SvdSettings", "SvdStage", "group_svd", "svd_features"]
 
@@ -139,16 +137,8 @@ class SvdStage:
         return {"rank": int(s.size), "method": ctx.cfg.svd.method}
 
     def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
-        if not _splits_side_by_side(ctx, [u.item for u in todo]):
-            for unit in todo:
-                yield unit, self._one(ctx, unit.item)
-            return
-        # each split's SVD waits on this process between its passes (QRs, the small SVD,
-        # the save) and at its start and end: side by side, the other's tasks fill the
-        # workers meanwhile (the same arithmetic, so the same U and s)
-        jobs = [partial(self._one, ctx, u.item) for u in todo]
-        for i, value in side_by_side(jobs):
-            yield todo[i], value
+        for unit in todo:
+            yield unit, self._one(ctx, unit.item)
 
     def _one(self, ctx: RunContext, split: str) -> dict[str, Any]:
         cfg, wd, log = ctx.cfg, ctx.wd, ctx.log
@@ -256,21 +246,6 @@ def _memory_message(split: str, n: int, block: int, rank: int) -> str:
         f"float32){have}. Give the workers more memory per thread (memory_limit, or fewer "
         "threads per worker) or lower svd.rank (--rank)."
     )
-
-
-def _splits_side_by_side(ctx: RunContext, splits: list[str]) -> bool:
-    """Whether the splits' SVDs run side by side: randomized, on a distributed cluster,
-    and every worker holds one SVD's task per thread and what the others keep
-    (:func:`~lsd_dask.pipeline.placement.svds_side_by_side`)."""
-    client = active_client()
-    if len(splits) < 2 or client is None or ctx.cfg.svd.method != "randomized":
-        return False
-    options = ctx.wd.folder.storage_options
-    stores = [open_split(ctx.wd.store(split), storage_options=options) for split in splits]
-    n, m = (max(st.data.shape[i] for st in stores) for i in (0, 1))
-    block = max(max(st.timepoints) for st in stores)
-    rank = max(svd_rank(ctx.cfg.svd, *st.data.shape) for st in stores)
-    return svds_side_by_side(client, n, m, block, rank, len(splits))
 
 
 def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:

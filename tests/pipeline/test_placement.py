@@ -10,7 +10,6 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from distributed.diagnostics.plugin import SchedulerPlugin
 
 from lsd_dask.io.surface_files import SubjectFiles, write_dtseries, write_func_gifti
 from lsd_dask.linalg import randomized_svd
@@ -223,76 +222,3 @@ def test_the_subject_an_io_slot_writes_holds_no_more_than_its_estimate(tmp_path)
     need = task_bytes(n, t, 10, False)["ingest_write"]
     held = x.nbytes + peak
     assert 0.5 * need < held <= need, (held, need)
-
-
-class _PeakHeld(SchedulerPlugin):
-    """Scheduler plugin: the most bytes any worker held in memory (Dask's managed memory),
-    after every transition."""
-
-    name = "lsd-dask-test-peak-held"
-
-    def __init__(self):
-        self.peak = 0
-
-    async def start(self, scheduler):
-        self.scheduler = scheduler
-
-    def transition(self, key, start, finish, *args, **kwargs):
-        self.peak = max([self.peak, *(w.nbytes for w in self.scheduler.workers.values())])
-
-
-@pytest.mark.parametrize("n_workers", [1, 2])
-def test_an_svd_keeps_no_more_on_a_worker_between_its_tasks_than_its_estimate(
-    tmp_path, n_workers
-):
-    """A randomized SVD of a split store on a real cluster of single-threaded workers: the
-    most that any worker holds in Dask's memory over the whole SVD (a scheduler plugin
-    watching every transition) is within :func:`svd_held_bytes`, and above three quarters
-    of it (the estimate is not loose)."""
-    from distributed import Client, LocalCluster
-
-    from lsd_dask.io.zarr_store import open_split, write_split
-    from lsd_dask.pipeline.placement import svd_held_bytes
-
-    n, t, subjects, k = 3000, 100, 9, 40
-    rng = np.random.default_rng(0)
-    data = ((f"s{i}", rng.standard_normal((n, t)).astype(np.float32)) for i in range(subjects))
-    write_split(tmp_path / "s.zarr", data, n_vertices=n, timepoints=t)
-    plugin = _PeakHeld()
-    with (
-        LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=":0") as c,
-        Client(c) as client,
-    ):
-        client.register_plugin(plugin)
-        U, _, _ = randomized_svd(
-            open_split(tmp_path / "s.zarr").column_blocks, k, random_state=0,
-            final_pass=False, return_vt=False,
-        )  # fmt: skip
-        U.compute()
-        peak = client.run_on_scheduler(
-            lambda dask_scheduler: dask_scheduler.plugins[_PeakHeld.name].peak
-        )
-    bound = svd_held_bytes(n, subjects * t, k)
-    assert 0.75 * bound < peak <= bound, (peak, bound)
-
-
-def test_svds_run_side_by_side_only_where_every_worker_holds_them(tmp_path):
-    """The decision against a real cluster's memory limits: two full-scale SVDs (59,784 ×
-    33,000 at rank 1,000) side by side on a 4.2 GB single-threaded worker, not on a 4 GB
-    one (their tasks and what they keep reach its spill threshold), nor one SVD alone."""
-    from distributed import Client, LocalCluster
-
-    from lsd_dask.pipeline.placement import svds_side_by_side
-
-    full = (59784, 33000, 1000, 1000)
-    for limit, expected in (("4.2GB", True), ("4GB", False)):
-        with (
-            LocalCluster(
-                n_workers=1, threads_per_worker=1, memory_limit=limit, processes=False,
-                dashboard_address=":0",
-            ) as cluster,
-            Client(cluster) as client,
-        ):  # fmt: skip
-            client.wait_for_workers(1, timeout=30)
-            assert svds_side_by_side(client, *full, 2) is expected, limit
-            assert not svds_side_by_side(client, *full, 1)

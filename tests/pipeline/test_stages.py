@@ -12,14 +12,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
 import yaml
 
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
-from lsd_dask.pipeline.stages import RunContext, Unit, run_stage, side_by_side
+from lsd_dask.pipeline.stages import RunContext, Unit, run_stage
 from lsd_dask.pipeline.workdir import WorkDir
 
 
@@ -87,29 +86,6 @@ def test_an_interrupted_stage_records_only_what_it_yielded(tmp_path):
     resumed = Squares()
     assert run_stage(resumed, ctx) == {"squares/0": 0, "squares/1": 1, "squares/2": 4}
     assert resumed.computed == [["squares/0", "squares/1"]]
-
-
-def test_side_by_side_runs_its_jobs_at_once_and_raises_a_failure_once_the_others_are_done():
-    """Three jobs that each wait until all three have started pass only if they run at once;
-    the one that fails does not stop the others, which are yielded (a stage records them)
-    before its error is raised."""
-    started = threading.Barrier(3, timeout=30)
-    finished: list[int] = []
-
-    def job(i: int) -> int:
-        started.wait()  # BrokenBarrierError, not the ValueError below, if run one at a time
-        if i == 1:
-            raise ValueError("job 1 failed")
-        time.sleep(0.2)  # the failure comes first: the others are still running then
-        finished.append(i)
-        return 10 * i
-
-    got = []
-    with pytest.raises(ValueError, match="job 1 failed"):
-        for i, value in side_by_side([lambda i=i: job(i) for i in range(3)]):
-            got.append((i, value))
-    assert sorted(got) == [(0, 0), (2, 20)] and sorted(finished) == [0, 2]
-    assert list(side_by_side([])) == []
 
 
 def test_a_stage_that_skips_a_unit_is_an_error(tmp_path):
