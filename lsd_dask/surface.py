@@ -364,34 +364,38 @@ def grow_sized_regions(
     candidates = np.flatnonzero(allowed)
     if target.size > candidates.size:
         raise ValueError(f"cannot place {target.size} regions on {candidates.size} vertices.")
-    out = np.zeros(n, np.int64)
     seeds = rng.choice(candidates, size=target.size, replace=False)
-    out[seeds] = np.arange(1, target.size + 1)
-    count = np.ones(target.size, np.int64)
-    indptr, indices = A.indptr, A.indices
+    # the growth on plain lists: numpy's per-element indexing and slicing were most of its
+    # time (the draws stay numpy's, one call each, so a seed gives the same regions)
+    out = [0] * n
+    for r, s in enumerate(seeds.tolist()):
+        out[s] = r + 1
+    count = [1] * target.size
+    limit = target.tolist()
+    ok = allowed.tolist()
+    indptr, indices = A.indptr.tolist(), A.indices.tolist()
     frontier = [
-        [int(v) for v in indices[indptr[s] : indptr[s + 1]] if allowed[v] and out[v] == 0]
-        for s in seeds
+        [v for v in indices[indptr[s] : indptr[s + 1]] if ok[v] and out[v] == 0]
+        for s in seeds.tolist()
     ]
-    active = [r for r in range(target.size) if frontier[r] and count[r] < target[r]]
+    active = [r for r in range(target.size) if frontier[r] and count[r] < limit[r]]
+    draw = rng.integers
     while active:
-        k = int(rng.integers(len(active)))
+        k = int(draw(len(active)))
         r = active[k]
         f = frontier[r]
-        j = int(rng.integers(len(f)))
+        j = int(draw(len(f)))
         v = f[j]
         f[j] = f[-1]
         f.pop()
         if out[v] == 0:
             out[v] = r + 1
             count[r] += 1
-            f.extend(
-                int(u) for u in indices[indptr[v] : indptr[v + 1]] if allowed[u] and out[u] == 0
-            )
-        if not f or count[r] >= target[r]:
+            f.extend(u for u in indices[indptr[v] : indptr[v + 1]] if ok[u] and out[u] == 0)
+        if not f or count[r] >= limit[r]:
             active[k] = active[-1]
             active.pop()
-    return out
+    return np.array(out, np.int64)
 
 
 def icosphere(frequency: int = 8, *, radius: float = 100.0) -> Mesh:

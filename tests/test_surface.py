@@ -99,6 +99,50 @@ def test_smooth_on_mesh_preserves_constant(tiny_meshes):
     np.testing.assert_allclose(S.smooth_on_mesh(x, A, 3), 2.5)
 
 
+def _grow_reference(A, sizes, seed, mask):
+    """Blumensath's growth step by step on numpy arrays: a random region among those that
+    can still grow, then a random vertex of its frontier (numpy's draws, in that order)."""
+    rng = np.random.default_rng(seed)
+    A = A.tocsr()
+    out = np.zeros(A.shape[0], np.int64)
+    seeds = rng.choice(np.flatnonzero(mask), size=len(sizes), replace=False)
+    out[seeds] = np.arange(1, len(sizes) + 1)
+
+    def free(v):
+        return [int(u) for u in A.indices[A.indptr[v] : A.indptr[v + 1]] if mask[u] and not out[u]]
+
+    frontier = [free(s) for s in seeds]
+    active = [r for r in range(len(sizes)) if frontier[r] and 1 < sizes[r]]
+    while active:
+        k = int(rng.integers(len(active)))
+        r = active[k]
+        j = int(rng.integers(len(frontier[r])))
+        v = frontier[r][j]
+        frontier[r][j] = frontier[r][-1]
+        frontier[r].pop()
+        if not out[v]:
+            out[v] = r + 1
+            frontier[r].extend(free(v))
+        if not frontier[r] or (out == r + 1).sum() >= sizes[r]:
+            active[k] = active[-1]
+            active.pop()
+    return out
+
+
+@given(seed=st.integers(0, 2**16), n_regions=st.integers(1, 30))
+@settings(max_examples=15, deadline=None)
+def test_grow_sized_regions_draws_as_the_step_by_step_growth(seed, n_regions):
+    """The same regions, vertex for vertex, as the growth written out on numpy arrays: a
+    seed gives the nulls (and the synthetic truths of :mod:`lsd_dask.datasets`) it gave."""
+    mesh, _ = S.combine_meshes(S.two_hemisphere_mesh(6, 6))
+    A = S.mesh_adjacency(mesh.faces, mesh.n_vertices)
+    rng = np.random.default_rng(seed + 1)
+    mask = rng.random(A.shape[0]) > 0.1
+    sizes = rng.integers(1, 40, size=n_regions)
+    got = S.grow_sized_regions(A, sizes, random_state=seed, mask=mask)
+    np.testing.assert_array_equal(got, _grow_reference(A, sizes, seed, mask))
+
+
 @given(seed=st.integers(0, 2**16), n_regions=st.integers(1, 30))
 @settings(max_examples=25, deadline=None)
 def test_grow_sized_regions_the_null_model(seed, n_regions):
