@@ -3,8 +3,7 @@
 One subject of 64,984 vertices × ``--timepoints`` float32 (random values), stored twice in a
 temporary folder:
 - as the split stores write it now (:class:`lsd_dask.io.zarr_store.SplitWriter`: Zarr v3
-  shards of about 256 MB, inner chunks of at most 32 MB, each half the run for an even
-  run, CRC-32C per inner chunk);
+  shards of about 256 MB, inner chunks of at most 32 MB, CRC-32C per inner chunk);
 - as plain chunks of about 128 MB, one file each (the layout before sharding), read the way
   it was then: zarr's orthogonal selection of the kept rows.
 

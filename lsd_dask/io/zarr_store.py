@@ -16,10 +16,7 @@ HCP-length run (4,800 time points, 1.25 GB) is six files: few, large files, as a
 file system wants. Inside a shard, inner chunks of at most 32 MB are what a reader decodes
 and checksums, one at a time (:meth:`ColumnBlocks.read_columns`): the kept rows of a
 full-scale subject read in about half the time they took from plain 128 MB chunks with
-zarr's row selection (``benchmarks/store_read.py``). An inner chunk spans the first or the
-second half of the run (:func:`half_run_columns`; the whole run when its length is odd),
-so that a pass over one half of every run (the feature blur's choice, the held-out scores
-of the time halves) reads that half's bytes only.
+zarr's row selection (``benchmarks/store_read.py``).
 
 Concurrent writes into one shard lose data silently (in zarr-python 3.1, each writer
 reads, patches and rewrites the whole shard). Here a shard is only ever written whole: a
@@ -68,7 +65,6 @@ __all__ = [
     "store_problem",
     "verify_split",
     "shard_rows",
-    "half_run_columns",
     "vertex_chunk_for",
 ]
 
@@ -225,7 +221,7 @@ class SplitWriter:
             arr = group.create_array(
                 f"{_SUBJECT}/{index}",
                 shape=x.shape,
-                chunks=(inner, half_run_columns(t)),
+                chunks=(inner, max(t, 1)),
                 shards=(shard, max(t, 1)),
                 dtype="float32",
                 compressors=_compressors(self.compressor),
@@ -287,14 +283,6 @@ class SplitWriter:
                 "complete": True,
             }
         )
-
-
-def half_run_columns(n_timepoints: int) -> int:
-    """Columns of a subject's inner chunks: half its run when the run has an even length
-    (each half of :meth:`ColumnBlocks.halves` is then whole inner chunks, and a reader of
-    one half decodes only that half's bytes), else the whole run."""
-    t = max(int(n_timepoints), 1)
-    return t // 2 if t % 2 == 0 else t
 
 
 def vertex_chunk_for(n_vertices: int, n_timepoints: int, target_mb: float = 256.0) -> int:
@@ -564,8 +552,7 @@ def _lazy(
     rows: np.ndarray | None,
     spans: tuple[tuple[int, int], ...] | None = None,
 ) -> da.Array:
-    # one column chunk per subject, whatever its inner chunks (half runs: half_run_columns)
-    blocks = [da.from_zarr(a, chunks=(a.chunks[0], a.shape[1])) for a in arrays]
+    blocks = [da.from_zarr(a) for a in arrays]
     if spans is not None:
         blocks = [b[:, s0:s1] for b, (s0, s1) in zip(blocks, spans, strict=True)]
     data = da.concatenate(blocks, axis=1)

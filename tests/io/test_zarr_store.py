@@ -172,46 +172,6 @@ def test_subjects_written_by_tasks_then_masked_at_read(tmp_path):
     np.testing.assert_array_equal(blocks.to_dask().compute(), X)
 
 
-def _bytes_read() -> int:
-    """What this process has read through system calls so far (``rchar``)."""
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux's /proc/<pid>/io")
-def test_a_half_of_an_even_run_reads_half_of_its_bytes(tmp_path):
-    """An even run is stored in inner chunks of half the run, so one half of a subject
-    reads (as the kernel counts it) half of what the whole run reads; an odd run keeps
-    whole-run chunks, and either half reads all of it. The values are the written ones."""
-    from lsd_dask.io.zarr_store import half_run_columns
-
-    rng = np.random.default_rng(3)
-    n, ts = 3000, [200, 201]
-    xs = [rng.standard_normal((n, t)).astype(np.float32) for t in ts]
-    write_split(tmp_path / "s.zarr", zip("ab", xs, strict=True), n_vertices=n, timepoints=ts)
-    blocks = open_split(tmp_path / "s.zarr").column_blocks
-    assert [a.chunks[1] for a in blocks.arrays] == [half_run_columns(t) for t in ts] == [100, 201]
-    starts = np.cumsum([0, *ts])
-    for j, t in enumerate(ts):
-        out = np.empty((n, t), np.float32)
-        before = _bytes_read()
-        blocks.read_columns(starts[j], starts[j + 1], out)
-        whole = _bytes_read() - before
-        np.testing.assert_array_equal(out, xs[j])
-        for h, half in enumerate(blocks.halves()):
-            lo = sum(b - a for a, b in half.spans[:j])
-            a, b = half.spans[j]
-            part = np.empty((n, b - a), np.float32)
-            before = _bytes_read()
-            half.read_columns(lo, lo + b - a, part)
-            read = _bytes_read() - before
-            np.testing.assert_array_equal(part, xs[j][:, a:b])
-            if t % 2 == 0:
-                assert 0.45 * whole < read < 0.55 * whole, (h, read, whole)
-            else:
-                assert read > 0.95 * whole, (h, read, whole)
-
-
 def test_halves_read_each_subjects_first_and_second_half(tmp_path):
     """The two halves of every subject's time points, as lsd_dask.selection.half_columns
     indexes them, read with rows masked and subjects of unequal length."""
