@@ -126,6 +126,26 @@ def test_blurs_scored_as_tasks_on_workers_match_a_run_here(tmp_path):
     assert len(lines) == 4 and all("held-out error" in line for line in lines)
 
 
+def test_on_a_one_thread_worker_the_most_blurred_is_scored_first():
+    """One worker of one thread runs the blur tasks one at a time, in the order the
+    scheduler gives them: the most blurred (the longest) first, the unblurred last, so that
+    on a cluster the longest never starts after the others."""
+    from distributed import Client, LocalCluster
+
+    (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=2.0)
+    lines: list[str] = []
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        choice = choose_feature_blur(
+            Fa, Fb, V, A, 6, random_state=0, client=client, progress=lines.append
+        )
+    steps = [int(line.split("(")[1].split()[0]) for line in lines]
+    assert len(steps) == len(choice.grid_mm) and len(set(steps)) == len(steps) > 2
+    assert steps == sorted(steps, reverse=True), lines
+
+
 def test_bad_inputs_are_named():
     (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=0.3)
     with pytest.raises(ValueError, match="rows but the mesh"):
