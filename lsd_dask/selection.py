@@ -175,8 +175,9 @@ def choose_feature_blur(
     else:
         a, b, A = _on_workers(client, features_a, features_b, adjacency)
         # the most blurred first (submitted first, and first among those queued): its steps,
-        # and the more iterations its smoother features take, make it the longest task (37 s
-        # against 11 s unblurred at full scale), and started last it finished alone
+        # and the more iterations its smoother features take, make it the longest task (at
+        # full scale it alone bounds the scoring, 52-57 s a split), and started last it
+        # finished alone
         futures = {
             client.submit(
                 _held_out_errors, steps[g], a, b, A, *fit, pure=False, priority=steps[g]
