@@ -137,8 +137,8 @@ def choose_feature_blur(
     progress : callable, optional
         Receives one line per blur tried.
     client : distributed.Client, optional
-        Score each blur as one task on the cluster's workers (side by side; each holds the
-        two halves and their blurred copies), not in this process.
+        Score each blur and direction as one task on the cluster's workers (side by side;
+        each holds the two halves and one blurred copy), not in this process.
 
     Returns
     -------
@@ -169,23 +169,32 @@ def choose_feature_blur(
             progress(f"{grid[g]:g} mm ({steps[g]} steps): held-out error {row.mean():.5f}")
 
     fit = (n_clusters, spatial_weight, seeds)
+    halves = (features_a, features_b)
     if client is None:
         for g, n in enumerate(steps):
-            done(g, _held_out_errors(n, features_a, features_b, adjacency, *fit))
+            rows = [_held_out_errors(n, *_ways(halves, d), adjacency, *fit) for d in (0, 1)]
+            done(g, _both_ways(rows))
     else:
-        a, b, A = _on_workers(client, features_a, features_b, adjacency)
-        # the most blurred first (submitted first, and first among those queued): its steps,
-        # and the more iterations its smoother features take, make it the longest task (at
-        # full scale it alone bounds the scoring, 52-57 s a split), and started last it
-        # finished alone
+        on = _on_workers(client, features_a, features_b, adjacency)
+        # a task per blur and direction (one half blurred and fitted, scored on the other):
+        # 8 tasks, not 4, so the two halves of the longest blur run side by side. The most
+        # blurred first (submitted first, and first among those queued): its steps, and the
+        # more iterations its smoother features take, make it the longest (at full scale a
+        # blur a task bounded the scoring, 52-57 s a split), and started last it finished
+        # alone
         futures = {
             client.submit(
-                _held_out_errors, steps[g], a, b, A, *fit, pure=False, priority=steps[g]
-            ): g
+                _held_out_errors, steps[g], *_ways(on[:2], d), on[2], *fit,
+                pure=False, priority=steps[g],
+            ): (g, d)
             for g in sorted(range(len(grid)), key=lambda g: -steps[g])
-        }
-        for g, row in finished(client, futures):
-            done(g, row)
+            for d in (0, 1)
+        }  # fmt: skip
+        parts: dict[int, dict[int, np.ndarray]] = {}
+        for (g, d), row in finished(client, futures):
+            parts.setdefault(g, {})[d] = row
+            if len(parts[g]) == 2:
+                done(g, _both_ways([parts[g][0], parts[g][1]]))
     chosen = _least_within_tolerance(grid, errors, rtol)
     return BlurChoice(chosen, grid, errors, steps, int(n_clusters), rtol)
 
@@ -233,30 +242,40 @@ def within_sum_of_squares(features: Any, labels: Any) -> float:
 
 def _held_out_errors(
     n: int,
-    Fa: np.ndarray,
-    Fb: np.ndarray,
+    fit_on: np.ndarray,
+    score_on: np.ndarray,
     adjacency: sp.spmatrix,
     n_clusters: int,
     spatial_weight: float,
     seeds: np.ndarray,
 ) -> np.ndarray:
-    """For each seed: one half's features blurred by ``n`` steps and parcellated, the
-    parcels scored on the other half's (a on b, then b on a). Runs here or as a task."""
-    blurred = [unit_rows(smooth_on_mesh(F, adjacency, n_iter=n)) if n else F for F in (Fa, Fb)]
+    """For each seed: ``fit_on`` blurred by ``n`` steps and parcellated, the parcels scored
+    on ``score_on`` (the other half's features, unblurred). Runs here or as a task."""
+    blurred = unit_rows(smooth_on_mesh(fit_on, adjacency, n_iter=n)) if n else fit_on
     out = []
     with warnings.catch_warnings():
         # a fit capped at its iterations still gives parcels to score: part of the criterion
         warnings.simplefilter("ignore", ConvergenceWarning)
         for seed in seeds:
-            for fit_on, score_on in ((blurred[0], Fb), (blurred[1], Fa)):
-                est = SphericalKMeans(
-                    n_clusters,
-                    spatial_weight=spatial_weight,
-                    connectivity=adjacency,
-                    random_state=int(seed),
-                )
-                out.append(within_sum_of_squares(score_on, est.fit(fit_on).labels_))
+            est = SphericalKMeans(
+                n_clusters,
+                spatial_weight=spatial_weight,
+                connectivity=adjacency,
+                random_state=int(seed),
+            )
+            out.append(within_sum_of_squares(score_on, est.fit(blurred).labels_))
     return np.asarray(out)
+
+
+def _ways(halves: Sequence[Any], d: int) -> tuple[Any, Any]:
+    """Direction ``d``: (the half fitted, the half scored): a on b, then b on a."""
+    return (halves[0], halves[1]) if d == 0 else (halves[1], halves[0])
+
+
+def _both_ways(rows: list[np.ndarray]) -> np.ndarray:
+    """A blur's errors from its two directions' per-seed errors, as ``BlurChoice.errors``
+    orders them: each seed's a-on-b, then its b-on-a."""
+    return np.column_stack(rows).ravel()
 
 
 def _on_workers(client: Any, *values: Any) -> list[Any]:

@@ -1,5 +1,7 @@
 """The feature blur chosen by held-out parcel homogeneity (lsd_dask.selection)."""
 
+import warnings
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from lsd_dask.selection import (
     half_columns,
     within_sum_of_squares,
 )
+from lsd_dask.similarity import unit_rows
 from lsd_dask.surface import icosphere, smooth_on_mesh, smoothing_steps
 
 
@@ -84,6 +87,27 @@ def test_clean_sharp_parcels_get_no_blur():
     np.testing.assert_array_equal(again.errors, choice.errors)  # seeded
 
 
+def test_each_error_is_one_seeds_fit_on_one_half_scored_on_the_other():
+    """The errors, built by hand: for each seed in turn, half a blurred and parcellated and
+    scored on half b unblurred, then b on a (the pairing the standard error relies on)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=2.0)
+    choice = choose_feature_blur(Fa, Fb, V, A, 6, grid_mm=(0.0, 10.0), random_state=3)
+    seeds = np.random.default_rng(3).integers(0, 2**31 - 1, size=3)
+    for g, n in enumerate(choice.steps):
+        blurred = [unit_rows(smooth_on_mesh(F, A, n_iter=n)) if n else F for F in (Fa, Fb)]
+        expected = []
+        for seed in seeds:
+            for fit_on, score_on in ((blurred[0], Fb), (blurred[1], Fa)):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    est = cluster.SphericalKMeans(6, connectivity=A, random_state=int(seed))
+                    labels = est.fit(fit_on).labels_
+                expected.append(within_sum_of_squares(score_on, labels))
+        np.testing.assert_array_equal(choice.errors[g], expected)
+
+
 def test_noisy_parcels_get_the_blur_that_recovers_the_truth_better():
     (Fa, Fb), V, A, truth = _parcels_on_sphere(noise=4.0)
     choice = choose_feature_blur(Fa, Fb, V, A, 6, random_state=0)
@@ -127,9 +151,9 @@ def test_blurs_scored_as_tasks_on_workers_match_a_run_here(tmp_path):
 
 
 def test_on_a_one_thread_worker_the_most_blurred_is_scored_first():
-    """One worker of one thread runs the blur tasks one at a time, in the order the
-    scheduler gives them: the most blurred (the longest) first, the unblurred last, so that
-    on a cluster the longest never starts after the others."""
+    """One worker of one thread runs the blur tasks (a blur's two directions each) one at a
+    time, in the order the scheduler gives them: the most blurred (the longest) first, the
+    unblurred last, so that on a cluster the longest never starts after the others."""
     from distributed import Client, LocalCluster
 
     (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=2.0)
