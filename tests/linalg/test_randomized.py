@@ -562,6 +562,28 @@ def test_tsqr_against_scipy(dtype):
     np.testing.assert_allclose(Q @ (Q.T @ Y), Y, atol=tol * 10 * np.abs(Y).max())
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    l=st.integers(1, 140),
+    extra=st.lists(st.integers(0, 40), min_size=1, max_size=3),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_tsqr_factors_any_tall_blocks(l, extra, dtype, seed):
+    """Blocks of at least l rows, l on both sides of the reflectors' block size (128):
+    Y = Q R with Q orthonormal and R upper triangular, checked densely in float64."""
+    from lsd_dask.linalg.randomized import tsqr
+
+    rows = tuple(l + e for e in extra)
+    Y = np.random.default_rng(seed).standard_normal((sum(rows), l)).astype(dtype)
+    Q, R = tsqr(da.from_array(Y, chunks=(max(rows), l)), rows, with_r=True)
+    Q = np.asarray(Q.compute(), np.float64)
+    tol = 2e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(Q.T @ Q, np.eye(l), atol=tol)
+    np.testing.assert_array_equal(R, np.triu(R))
+    np.testing.assert_allclose(Q @ R, Y, atol=tol * np.abs(Y).max())
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(1, 60),
