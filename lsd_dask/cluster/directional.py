@@ -391,7 +391,9 @@ def _fit_directional(
         # one pass over X: every candidate's assignment and its K-sized statistics
         outcomes = _assign_and_stats(candidates, X, D, k, row_sq, P)
         if descending:
-            chosen = _descent_step(outcomes, labels, D, sqnorm_total, costs[-1], update, mu)
+            # against the lowest cost: the first step after going back to that iterate would
+            # otherwise be weighed against the last climbing one
+            chosen = _descent_step(outcomes, labels, D, sqnorm_total, best[-1], update, mu)
             if chosen is None:  # no step lowers the cost: a fixed point
                 converged = True
                 break

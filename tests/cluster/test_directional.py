@@ -151,6 +151,14 @@ def test_strongly_correlated_centres_keep_the_lowest_cost_iterate(seed, rho, upd
     assert dense == pytest.approx(hist.min(), rel=1e-9)
     assert hist.min() <= hist[0]
     assert len(hist) - 1 - int(np.argmin(hist)) <= PATIENCE
+    # after PATIENCE steps above the lowest cost the fit goes back to that iterate and
+    # descends from it: from there on no step ends above the lowest cost before it
+    low = np.minimum.accumulate(hist)
+    stalled = 0
+    for i in range(1, len(hist)):
+        if stalled >= PATIENCE:
+            assert hist[i] <= low[i - 1] * (1 + 1e-9), (i, hist)
+        stalled = 0 if hist[i] < low[i - 1] else stalled + 1
 
 
 def test_n_init_keeps_the_lowest_cost():
