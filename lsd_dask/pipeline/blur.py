@@ -8,7 +8,7 @@ run's smallest K. The choice and its table go into ``<work>/blur/<split>.json`` 
 so a run that changes nothing it depends on reuses it) and into ``report.json``. On a
 distributed cluster, features too large to cluster in memory here
 (:mod:`lsd_dask.pipeline.placement`) stay on the workers and each
-blur is scored there as one task.
+blur is scored there as two tasks, one a direction.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
         else:
             features.append(np.asarray(F.compute() if isinstance(F, da.Array) else F))
     if remote:
-        log(f"[blur] {split}: each blur scored as a task on {len(client.nthreads())} workers")
+        workers = len(client.nthreads())
+        log(f"[blur] {split}: each blur and direction scored as a task on {workers} workers")
     choice = choose_feature_blur(
         *features, V, A, k,
         random_state=cfg.random_state,

@@ -68,7 +68,7 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
     got = _labels(cfg)
     assert got.keys() == reference.keys() and len(got) == 20
     # the one memory rule of the fits places the blurs' features too
-    as_tasks_line = "[blur] split1: each blur scored as a task on 2 workers"
+    as_tasks_line = "[blur] split1: each blur and direction scored as a task on 2 workers"
     scored_as_tasks = any(as_tasks_line in ln for ln in lines)
     assert scored_as_tasks == as_tasks
     for split in ("split1", "split2"):  # the halves' SVDs on the workers: the same choice
