@@ -262,26 +262,3 @@ def test_svd_test_matrix_is_the_one_the_svd_draws(kind):
     np.testing.assert_array_equal(U, runs[kind][0])
     np.testing.assert_array_equal(s, runs[kind][1])
     assert not np.allclose(np.abs(U), np.abs(runs[other][0]), atol=1e-6)
-
-
-def test_a_worker_reading_subjects_never_imports_the_estimators(folder):
-    """An ingest task's worker loads the reading module and unpickles the configuration
-    (its methods included); neither pulls in the clustering estimators or scikit-learn
-    (3 s of a fresh worker's first task), checked in a fresh interpreter."""
-    import pickle
-    import subprocess
-    import sys
-
-    cfg = load_config(folder / "pipeline.yaml")
-    assert cfg.methods  # the default method is in the pickle
-    (folder / "cfg.pkl").write_bytes(pickle.dumps(cfg))
-    code = (
-        "import pickle, sys\n"
-        "import lsd_dask.pipeline.reading\n"
-        f"cfg = pickle.loads(open({str(folder / 'cfg.pkl')!r}, 'rb').read())\n"
-        "assert cfg.methods[0].options\n"
-        "print(sorted(m for m in ('sklearn', 'lsd_dask.cluster') if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", out.stdout
