@@ -23,25 +23,18 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..cluster import SPATIAL_OPTIONS
 from ..io.settings_yaml import read_settings
 from ..io.surface_files import READERS, SubjectFiles
 from . import files
 from .atlases import AtlasSpec, parse_atlases
 from .bids_input import BidsSettings, bids_subjects
-from .methods import (
-    MethodSpec,
-    check_options,
-    default_methods,
-    numbers,
-    parse_methods,
-    spatial_options,
-)
+from .methods import MethodSpec, check_options, default_methods, numbers, parse_methods
 from .preprocess import PreprocessSettings
 from .svd import SvdSettings
 from .workdir import file_part
 
-# PIPELINE_KEYS comes from the module's __getattr__ (below)
-__all__ = ["PIPELINE_KEYS", "PipelineConfig", "SvdSettings", "halve", "load_config"]  # noqa: F822
+__all__ = ["PIPELINE_KEYS", "PipelineConfig", "SvdSettings", "halve", "load_config"]
 
 
 #: the SVD defaults as a mapping (from :class:`SvdSettings`)
@@ -155,7 +148,7 @@ class PipelineConfig:
         d["splits"] = self.resolved_splits()
         # the spatial options flat, as the file writes them, every one with its value
         del d["spatial"]
-        d.update(numbers({**spatial_options(), **self.spatial}))
+        d.update(numbers({**SPATIAL_OPTIONS, **self.spatial}))
         d["methods"] = [m.to_dict() for m in self.methods]
         d["compare_atlases"] = [
             a.to_dict() if a.files is None else
@@ -240,7 +233,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         base = p.resolve().parent
         where = str(p)
     raw = copy.deepcopy(raw)
-    files.check_keys(raw, _pipeline_keys(), where)
+    files.check_keys(raw, PIPELINE_KEYS, where)
     for key, value in overrides.items():
         if value is None:
             continue
@@ -251,9 +244,9 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
             raw["preprocess"]["denoise"] = value
         else:
             raw[key] = value
-    files.check_keys(raw, _pipeline_keys(), where)
+    files.check_keys(raw, PIPELINE_KEYS, where)
     svd = SvdSettings.from_mapping(files.mapping(raw.get("svd"), "svd"), where)
-    spatial = {k: raw[k] for k in spatial_options() if k in raw}
+    spatial = {k: raw[k] for k in SPATIAL_OPTIONS if k in raw}
     check_options(spatial)
     features = _check_features(raw.get("features", _default("features")))
     methods = parse_methods(
@@ -322,18 +315,9 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     return cfg
 
 
-def __getattr__(name: str) -> Any:
-    # PIPELINE_KEYS: the keys of a pipeline file (the fields that are derived from others
-    # are not among them), made on first use: the spatial options among them come from
-    # the estimators, which a worker that only unpickles a configuration never loads
-    if name == "PIPELINE_KEYS":
-        return _pipeline_keys()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _pipeline_keys() -> set[str]:
-    keys = {f.name for f in fields(PipelineConfig)} - {"spatial", "participants", "mesh_source"}
-    return keys | {"globs", *spatial_options()}
+#: the keys of a pipeline file (the fields that are derived from others are not among them)
+PIPELINE_KEYS = {f.name for f in fields(PipelineConfig)} - {"spatial", "participants"}
+PIPELINE_KEYS = (PIPELINE_KEYS - {"mesh_source"}) | {"globs", *SPATIAL_OPTIONS}
 
 
 def halve(

@@ -25,23 +25,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ..cluster import MeshParcellation
+from ..cluster import SPATIAL_OPTIONS, MeshParcellation, check_spatial_options
 
 __all__ = [
     "AUTO",
     "DEFAULT_METHOD",
     "METHODS",
-    "VARIANT_KEYS",  # noqa: F822 - from the module's __getattr__ (below)
+    "VARIANT_KEYS",
     "Method",
     "MethodSpec",
     "check_options",
     "default_methods",
     "numbers",
     "parse_methods",
-    "spatial_options",
 ]
 
 #: the value of ``feature_smoothing_mm`` that lets each split's data choose the blur (the
@@ -138,7 +136,7 @@ class MethodSpec:
     name: str
     method: str
     features: str = "us"
-    options: dict[str, Any] = field(default_factory=lambda: dict(spatial_options()))
+    options: dict[str, Any] = field(default_factory=lambda: dict(SPATIAL_OPTIONS))
 
     @property
     def auto_blur(self) -> bool:
@@ -161,8 +159,6 @@ class MethodSpec:
     ) -> MeshParcellation:
         """The unfitted estimator at K clusters; ``blur_mm`` is the blur the split's data
         chose, for ``feature_smoothing_mm: auto``."""
-        from ..cluster import MeshParcellation
-
         options = dict(self.options)
         if self.auto_blur:
             options["feature_smoothing_mm"] = 0.0 if blur_mm is None else float(blur_mm)
@@ -196,10 +192,10 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
             entry = {"method": entry}
         if not isinstance(entry, dict):
             raise ValueError(f"methods[{i}]: a method name or a mapping, got {entry!r}.")
-        unknown = sorted(set(entry) - _variant_keys())
+        unknown = sorted(set(entry) - VARIANT_KEYS)
         if unknown:
             raise ValueError(
-                f"methods[{i}]: unknown key(s) {unknown}; known: {sorted(_variant_keys())}."
+                f"methods[{i}]: unknown key(s) {unknown}; known: {sorted(VARIANT_KEYS)}."
             )
         method = entry.get("method")
         if method not in METHODS:
@@ -212,11 +208,10 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
                 f"methods[{i}]: name {name!r}: use letters, digits and '_' only (it names files)."
             )
         base = METHODS[method].build(0)
-        spatial = spatial_options()
-        options = {**spatial, **{k: defaults[k] for k in spatial if k in defaults}}
+        options = {**SPATIAL_OPTIONS, **{k: defaults[k] for k in SPATIAL_OPTIONS if k in defaults}}
         if "spatial_weight" not in base.get_params() and "spatial_weight" not in entry:
             options["spatial_weight"] = 0.0  # a top-level Potts weight: only where there is one
-        options.update({k: v for k, v in entry.items() if k in spatial})
+        options.update({k: v for k, v in entry.items() if k in SPATIAL_OPTIONS})
         check_options(options, f"methods[{i}].", base)
         features = entry.get("features") or defaults.get("features") or METHODS[method].features
         if features not in ("us", "u"):
@@ -232,8 +227,6 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
 def check_options(options: dict[str, Any], where: str = "", estimator: Any = None) -> None:
     """Spatial options checked by the estimator's own bounds (``feature_smoothing_mm`` may
     be :data:`AUTO`); the error names ``where`` and the key."""
-    from ..cluster import check_spatial_options
-
     probe = {**options}
     if probe.get("feature_smoothing_mm") == AUTO:
         probe["feature_smoothing_mm"] = 0.0
@@ -246,34 +239,18 @@ def check_options(options: dict[str, Any], where: str = "", estimator: Any = Non
         raise ValueError(f"{where}{text}") from None
 
 
+#: the keys of a variant: its name, method and features, and every spatial option
+VARIANT_KEYS = {"name", "method", "features", *SPATIAL_OPTIONS}
+
+
 def numbers(options: dict[str, Any]) -> dict[str, Any]:
     """Numeric options as floats (``2`` and ``2.0`` are one setting in keys and reports)."""
-    spatial = spatial_options()
     return {
-        k: float(v) if isinstance(spatial[k], float) and not isinstance(v, bool | str) else v
+        k: float(v)
+        if isinstance(SPATIAL_OPTIONS[k], float) and not isinstance(v, bool | str)
+        else v
         for k, v in options.items()
     }
-
-
-def spatial_options() -> dict[str, Any]:
-    """:data:`lsd_dask.cluster.SPATIAL_OPTIONS`, the estimators imported on first use: a
-    worker that only reads subjects (and unpickles the configuration) never loads them
-    and scikit-learn, 3 s of a fresh worker's first task."""
-    from ..cluster import SPATIAL_OPTIONS
-
-    return SPATIAL_OPTIONS
-
-
-def __getattr__(name: str) -> Any:
-    # VARIANT_KEYS: the keys of a variant (its name, method and features, and every
-    # spatial option), made on first use for the reason above
-    if name == "VARIANT_KEYS":
-        return _variant_keys()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _variant_keys() -> set[str]:
-    return {"name", "method", "features", *spatial_options()}
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]{0,63}$")
