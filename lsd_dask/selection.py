@@ -177,11 +177,11 @@ def choose_feature_blur(
     else:
         on = _on_workers(client, features_a, features_b, adjacency)
         # a task per blur and direction (one half blurred and fitted, scored on the other):
-        # 8 tasks, not 4, so the two halves of the longest blur run side by side. The most
-        # blurred first (submitted first, and first among those queued): its steps, and the
-        # more iterations its smoother features take, make it the longest (at full scale a
-        # blur a task bounded the scoring, 52-57 s a split), and started last it finished
-        # alone
+        # 8 tasks, not 4, so the two directions of the longest blur run side by side (at
+        # full scale the 20 mm blur as one task bounded the scoring, 52-57 s a split; as
+        # two, 50 s). The most blurred first (submitted first, and first among those
+        # queued): its steps, and the more iterations its smoother features take, make it
+        # the longest, and started last it finished alone
         futures = {
             client.submit(
                 _held_out_errors, steps[g], *_ways(on[:2], d), on[2], *fit,

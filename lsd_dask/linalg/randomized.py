@@ -399,11 +399,13 @@ def tsqr(Y: Any, row_chunks: tuple[int, ...], *, persist: bool = True, with_r: b
     """Orthonormal basis of the columns of a tall dask Y: two-level tall-skinny QR.
 
     Each row block is factored on its own (``Y_i = Q_i R_i``), the stacked R's once more
-    (``[R_1; …] = Q' R``), and ``Q = diag(Q_i) Q'``. Written here rather than with
-    ``dask.array.linalg.tsqr`` because that calls ``numpy.linalg.qr``, 2.7–3.5 times slower
-    than scipy's (LAPACK geqrf/orgqr) on 32,492 × 1,010 float32 blocks (measured on the
-    2-core AVX2 development machine of ``docs/benchmarks.md``). Householder QR: a
-    rank-deficient Y still gives orthonormal columns.
+    (``[R_1; …] = Q' R``), and ``Q = diag(Q_i) Q'``, each ``Q_i`` applied by its
+    reflectors to its rows of Q' and never formed (:func:`_qr_reflectors`). Written here
+    rather than with ``dask.array.linalg.tsqr`` because that calls ``numpy.linalg.qr``,
+    2.7–3.5 times slower than LAPACK's geqrf/orgqr on 32,492 × 1,010 float32 blocks, which
+    geqrt/gemqrt beat again (measured on the 2-core AVX2 development machine of
+    ``docs/benchmarks.md``). Householder QR: a rank-deficient Y still gives orthonormal
+    columns.
 
     Parameters
     ----------
