@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from lsd_dask import cluster, metrics
 from lsd_dask.selection import (
     _least_within_tolerance,
+    _rose_past_best,
     choose_feature_blur,
     half_columns,
     within_sum_of_squares,
@@ -79,12 +80,52 @@ def test_the_least_blur_within_the_tolerance_is_chosen():
 
 def test_clean_sharp_parcels_get_no_blur():
     (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=0.3)
-    choice = choose_feature_blur(Fa, Fb, V, A, 6, random_state=0)
+    lines: list[str] = []
+    choice = choose_feature_blur(Fa, Fb, V, A, 6, random_state=0, progress=lines.append)
     assert choice.fwhm_mm == 0.0
     assert choice.errors.shape == (4, 6)
     assert choice.steps == [smoothing_steps(V, A, h) for h in choice.grid_mm]
     again = choose_feature_blur(Fa, Fb, V, A, 6, random_state=0)
     np.testing.assert_array_equal(again.errors, choice.errors)  # seeded
+    # the error rises with the blur here: the larger blurs are not tried, and the blurs
+    # that were have the errors, and give the choice, of the whole grid
+    whole = choose_feature_blur(Fa, Fb, V, A, 6, random_state=0, early_stop=None)
+    assert whole.tried == 4 and np.all(np.diff(whole.mean) > 0)
+    t = choice.tried
+    assert t < 4 and np.isnan(choice.errors[t:]).all()
+    np.testing.assert_array_equal(choice.errors[:t], whole.errors[:t])
+    assert choice.fwhm_mm == whole.fwhm_mm
+    assert lines[-1].startswith(", ".join(f"{h:g}" for h in choice.grid_mm[t:]) + " mm not tried")
+    summary = choice.to_dict()
+    assert summary["mean_error"][t:] == [None] * (4 - t) == summary["standard_error"][t:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    means=st.lists(st.floats(0.1, 10.0), min_size=2, max_size=6, unique=True),
+    low=st.integers(0, 5),
+    spread=st.floats(0.0, 0.5),
+    rtol=st.floats(0.0, 0.2),
+    margin=st.floats(0.0, 4.0),
+    seed=st.integers(0, 2**16),
+)
+def test_stopping_where_the_error_rose_keeps_the_choice_of_a_unimodal_grid(
+    means, low, spread, rtol, margin, seed
+):
+    """If the mean error falls to its least and then rises (a blur past its best only
+    merges more), the blurs tried up to any stop give the choice of the whole grid."""
+    low = min(low, len(means) - 1)
+    falling = sorted(means[: low + 1], reverse=True)
+    rising = sorted(means[low + 1 :])
+    shape = np.array(falling + [falling[-1] + 1 + m for m in rising])
+    rng = np.random.default_rng(seed)
+    noise = spread * rng.standard_normal((shape.size, 6))
+    errors = shape[:, None] + noise - noise.mean(axis=1, keepdims=True)  # the means exact
+    grid = [5.0 * g for g in range(shape.size)]
+    whole = _least_within_tolerance(grid, errors, rtol)
+    for t in range(1, shape.size + 1):
+        if _rose_past_best(errors[:t], rtol, margin):
+            assert _least_within_tolerance(grid[:t], errors[:t], rtol) == whole
 
 
 def test_each_error_is_one_seeds_fit_on_one_half_scored_on_the_other():
@@ -123,16 +164,20 @@ def test_noisy_parcels_get_the_blur_that_recovers_the_truth_better():
     assert ari_at(choice.fwhm_mm) > ari_at(0.0) + 0.1
 
 
-def test_blurs_scored_as_tasks_on_workers_match_a_run_here(tmp_path):
+@pytest.mark.parametrize("n_workers", [2, 4])
+def test_blurs_scored_as_tasks_on_workers_match_a_run_here(tmp_path, n_workers):
     """With a client, each blur is scored as a task on real worker processes, from
-    features scattered there or already computed there (futures): the same errors."""
+    features scattered there or already computed there (futures): the same errors and
+    choice, and the same stop, whether the workers take one blur at a time (2 workers) or
+    two (4: a blur past the stop is scored beside the last one tried, and left out)."""
     from distributed import Client
 
     from lsd_dask.testing.processes import ProcessCluster
 
-    (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=2.0)
+    (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=0.3)
     here = choose_feature_blur(Fa, Fb, V, A, 6, random_state=0)
-    cluster = ProcessCluster(tmp_path)
+    assert here.tried == 3  # stopped at 10 mm: with 4 workers, 20 mm is scored beside it
+    cluster = ProcessCluster(tmp_path, n_workers=n_workers)
     try:
         with Client(cluster.address) as client:
             lines: list[str] = []
@@ -144,16 +189,16 @@ def test_blurs_scored_as_tasks_on_workers_match_a_run_here(tmp_path):
             )
     finally:
         cluster.close()
-    np.testing.assert_allclose(there.errors, here.errors, rtol=1e-9)
+    np.testing.assert_allclose(there.errors, here.errors, rtol=1e-9)  # NaN where not tried
     np.testing.assert_allclose(from_futures.errors, here.errors, rtol=1e-9)
     assert there.fwhm_mm == from_futures.fwhm_mm == here.fwhm_mm
-    assert len(lines) == 4 and all("held-out error" in line for line in lines)
+    assert [line.split()[0] for line in lines] == ["0", "5", "10", "20"], lines
+    assert lines[-1] == "20 mm not tried: the held-out error rose past its best"
 
 
-def test_on_a_one_thread_worker_the_most_blurred_is_scored_first():
-    """One worker of one thread runs the blur tasks (a blur's two directions each) one at a
-    time, in the order the scheduler gives them: the most blurred (the longest) first, the
-    unblurred last, so that on a cluster the longest never starts after the others."""
+def test_on_a_one_thread_worker_the_blurs_are_scored_from_the_least_up():
+    """One worker of one thread: one blur at a time, from the least; without the stop, the
+    whole grid, in order."""
     from distributed import Client, LocalCluster
 
     (Fa, Fb), V, A, _ = _parcels_on_sphere(noise=2.0)
@@ -163,11 +208,11 @@ def test_on_a_one_thread_worker_the_most_blurred_is_scored_first():
         Client(cluster) as client,
     ):
         choice = choose_feature_blur(
-            Fa, Fb, V, A, 6, random_state=0, client=client, progress=lines.append
+            Fa, Fb, V, A, 6, random_state=0, client=client, progress=lines.append, early_stop=None
         )
     steps = [int(line.split("(")[1].split()[0]) for line in lines]
-    assert len(steps) == len(choice.grid_mm) and len(set(steps)) == len(steps) > 2
-    assert steps == sorted(steps, reverse=True), lines
+    assert len(steps) == len(choice.grid_mm) == choice.tried and len(set(steps)) == len(steps) > 2
+    assert steps == sorted(steps), lines
 
 
 def test_bad_inputs_are_named():
@@ -178,5 +223,7 @@ def test_bad_inputs_are_named():
         choose_feature_blur(Fa, Fb, V, A, 6, grid_mm=[-5, 0])
     with pytest.raises(ValueError, match="n_seeds"):
         choose_feature_blur(Fa, Fb, V, A, 6, n_seeds=1)
+    with pytest.raises(ValueError, match="early_stop"):
+        choose_feature_blur(Fa, Fb, V, A, 6, early_stop=-1.0)
     with pytest.raises(ValueError, match="rtol"):
         choose_feature_blur(Fa, Fb, V, A, 6, rtol=1.5)

@@ -4,11 +4,13 @@ Once per split, after the SVD and before the cluster stage: the first and the se
 of every subject's time points each get a randomized SVD of their own (the run's rank and
 power iterations, capped at the half's width), and :func:`lsd_dask.selection.choose_feature_blur`
 picks the blur from :data:`lsd_dask.selection.GRID_MM` by held-out parcel homogeneity at the
-run's smallest K. The choice and its table go into ``<work>/blur/<split>.json`` (stamped,
+run's smallest K, from the least blur up until the held-out error has risen past its best.
+The choice and its table go into ``<work>/blur/<split>.json`` (stamped,
 so a run that changes nothing it depends on reuses it) and into ``report.json``. On a
 distributed cluster, features too large to cluster in memory here
 (:mod:`lsd_dask.pipeline.placement`) stay on the workers and each
-blur is scored there as two tasks, one a direction.
+blur is scored there as two tasks, one a direction, as many blurs at a time as the workers
+take.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import scipy.sparse as sp
 from .. import __version__
 from ..distributed import active_client
 from ..io.zarr_store import open_split
-from ..selection import GRID_MM, choose_feature_blur
+from ..selection import EARLY_STOP, GRID_MM, choose_feature_blur
 from .placement import features_on_workers
 from .stages import RunContext, Unit
 from .svd import group_svd, svd_features, svd_rank
@@ -58,6 +60,7 @@ class BlurStage:
                     "random_state": cfg.random_state,
                     "k": min(cfg.ks),
                     "grid_mm": list(GRID_MM),
+                    "early_stop": EARLY_STOP,
                     "mesh": mesh_digest(V, A),
                     "lsd_dask": __version__,
                 },

@@ -80,7 +80,7 @@ def _blur_table(blur: dict[str, dict[str, Any]]) -> str:
     rows.append("".join(f"<th>{g:g} mm</th>" for g in grid) + "<th>chosen</th></tr>")
     for split, c in blur.items():
         cells = "".join(
-            f"<td>{m:.4f} ± {se:.4f}</td>"
+            "<td>not tried</td>" if m is None else f"<td>{m:.4f} ± {se:.4f}</td>"
             for m, se in zip(c["mean_error"], c["standard_error"], strict=True)
         )
         rows.append(
@@ -91,7 +91,8 @@ def _blur_table(blur: dict[str, dict[str, Any]]) -> str:
         "</table><p>Held-out within-parcel sum of squares per vertex (lower is better): "
         "parcels of one half of the split's time points, blurred, scored on the other half; "
         f"the least blur within {100 * next(iter(blur.values()))['rtol']:g} % (or one "
-        "standard error) of the best is chosen.</p>"
+        "standard error) of the best is chosen. The blurs are tried from the least up, "
+        "until one is worse than the best by twice that.</p>"
     )
     return "".join(rows)
 

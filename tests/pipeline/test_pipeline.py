@@ -426,7 +426,8 @@ def test_auto_feature_smoothing_is_chosen_per_split_from_its_halves(tmp_path, st
         V = np.concatenate([m.vertices for m in study.meshes.values()])[kept]
         ref = choose_feature_blur(*feats, V, A, 6, random_state=0)
         assert ref.fwhm_mm == got["fwhm_mm"]
-        np.testing.assert_allclose(ref.mean, got["mean_error"], atol=2e-3)
+        # the blurs not tried (past the stop) are None there and NaN here
+        np.testing.assert_allclose(ref.mean, np.array(got["mean_error"], float), atol=2e-3)
         sidecar = next(find_atlas_folder(cfg.output).glob(f"*atlas-skmauto_scale-8_*{split}*.json"))
         meta = json.loads(sidecar.read_text())
         assert meta["FeatureSmoothingFWHM"] == got["fwhm_mm"]
