@@ -1,14 +1,13 @@
 """Linear algebra: randomized/streaming SVD, eigenpairs, simplex projection, rotations."""
 
 from .eigen import top_eigenpairs, top_eigenpairs_from_factor
-from .randomized import randomized_svd, randomized_svds, streaming_svd, svd_flip
+from .randomized import randomized_svd, streaming_svd, svd_flip
 from .reductions import cluster_sums
 from .rotations import procrustes_about_axis, rotate_givens
 from .simplex import project_rows_simplex, project_simplex
 
 __all__ = [
     "randomized_svd",
-    "randomized_svds",
     "streaming_svd",
     "svd_flip",
     "top_eigenpairs",

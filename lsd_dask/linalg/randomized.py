@@ -21,7 +21,7 @@ References
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -170,95 +170,20 @@ def randomized_svd(
         row_basis=return_vt,
         progress=progress,
     )
-    return _factors(P, M, Q, k, dtype, persist)
-
-
-def randomized_svds(
-    X: Any,
-    parts: Sequence[Sequence[int] | np.ndarray],
-    k: int | Sequence[int],
-    *,
-    n_oversamples: int = 10,
-    n_power_iter: int = 2,
-    random_state: RandomState = None,
-    persist: bool = True,
-    fuse_passes: bool = True,
-    final_pass: bool = True,
-    test_matrix: str = "sparse",
-    return_vt: bool = True,
-    progress: Callable[[str], None] | None = None,
-) -> list[tuple[Any, np.ndarray, np.ndarray | None]]:
-    """:func:`randomized_svd` of several column subsets of one column-block source, read
-    together: each pass reads every column of X once and gives each part its share.
-
-    ``randomized_svd(X[:, part])`` for each part, with the same settings and seed (the
-    same test matrix rows for each part's own columns); the sums of each pass go in
-    another order, so the factors agree to rounding, not bit for bit. Where the parts
-    are the two halves of every subject's time points (a store holds a subject's run in
-    one chunk, whichever half a pass wants), one read of a subject serves both, and each
-    half's QRs run between the same reads.
-
-    Parameters
-    ----------
-    X : column-block source of shape (n, m)
-        As :func:`randomized_svd` reads one (``read_columns``).
-    parts : sequence of index arrays
-        Each part's columns of X, increasing (e.g. the two halves of
-        :func:`lsd_dask.selection.half_columns`).
-    k : int or sequence of int
-        The rank of every part, or of each.
-    n_oversamples, n_power_iter, random_state, persist, fuse_passes, final_pass,
-    test_matrix, return_vt, progress
-        As :func:`randomized_svd`'s, for every part; ``progress`` gets one line per pass,
-        for all the parts together.
-
-    Returns
-    -------
-    list of (U, s, Vt)
-        One per part, as :func:`randomized_svd` returns them.
-    """
-    if not _is_block_source(X):
-        raise TypeError("randomized_svds reads a column-block source (read_columns).")
-    n, m = X.shape
-    cols = [np.asarray(c, dtype=np.int64) for c in parts]
-    ks = [int(k)] * len(cols) if isinstance(k, (int, np.integer)) else [int(v) for v in k]
-    if not cols or len(ks) != len(cols):
-        raise ValueError(f"{len(ks)} ranks for {len(cols)} parts.")
-    for i, (c, kp) in enumerate(zip(cols, ks, strict=True)):
-        if c.ndim != 1 or c.size == 0 or np.any(np.diff(c) <= 0) or c[0] < 0 or c[-1] >= m:
-            raise ValueError(f"part {i}: columns must be increasing indices into {m} columns.")
-        if not 1 <= kp <= min(n, c.size):
-            raise ValueError(f"part {i}: k must be in [1, {min(n, c.size)}], got {kp}.")
-    if n_power_iter < 0 or n_oversamples < 0:
-        raise ValueError("n_power_iter and n_oversamples must be non-negative.")
-    if not final_pass and (n_power_iter < 1 or not fuse_passes):
-        raise ValueError("final_pass=False needs fuse_passes=True and n_power_iter >= 1.")
-    if test_matrix not in TEST_MATRICES:
-        raise ValueError(f"test_matrix must be one of {TEST_MATRICES}, got {test_matrix!r}.")
-    dtype = np.float32 if X.dtype == np.float32 else np.float64
-    ls = [min(kp + n_oversamples, n, c.size) for kp, c in zip(ks, cols, strict=True)]
-    seed = int(check_random_state(random_state).integers(2**63))
-    passes = _PartPasses(X, cols, ls, _TestMatrix(seed, test_matrix), dtype, persist)
-    steps = [
-        _range_steps(ops, n_power_iter, fuse_passes, final_pass, return_vt, None)
-        for ops in passes.ops
-    ]
-    t0 = time.perf_counter()
-    total = n_power_iter + (2 if final_pass else 1)
-    done = 0
-
-    def read(kind: str, Ws: list[Any]) -> list[Any]:
-        nonlocal t0, done
-        out = passes.read(kind, Ws)
-        done += 1
-        if progress is not None and persist:
-            label = "power" if kind == "power_and_transpose" else kind
-            progress(f"pass {done} of {total} ({label}): {time.perf_counter() - t0:.1f} s")
-        t0 = time.perf_counter()
-        return out
-
-    found = _drive(steps, read)
-    return [_factors(P, M, Q, kp, dtype, persist) for (P, M, Q), kp in zip(found, ks, strict=True)]
+    # B = Qᵀ X = (P M)ᵀ with P orthonormal: B's SVD is M's (l × l, float64 on the client),
+    # its right vectors taken back through P
+    Vm, s, Umt = np.linalg.svd(M, full_matrices=False)
+    Ub, s = np.ascontiguousarray(Umt.T[:, :k], dtype), s[:k]
+    Vt = (P @ Vm[:, :k]).T if P is not None else None
+    if is_dask(Q):
+        # row block by row block (dask's matmul would rechunk the k columns)
+        U = da.map_blocks(np.matmul, Q, Ub, chunks=(Q.chunks[0], (k,)), dtype=dtype)
+        if persist:
+            U = _persisted(U)  # read by the sign flip and by the caller: computed once
+    else:
+        U = Q @ Ub
+    U, Vt = svd_flip(U, Vt)
+    return U, s.astype(dtype), None if Vt is None else Vt.astype(dtype)
 
 
 def svd_task_bytes(
@@ -417,102 +342,34 @@ def range_finder(
     Q : ndarray or dask array of shape (n, l)
         Orthonormal columns.
     """
-    steps = _range_steps(passes, n_power_iter, fuse, final_pass, row_basis, progress)
-    (out,) = _drive([steps], lambda kind, Ws: [_one_pass(passes, kind, Ws[0])])
-    P, M, Q = out
-    return P, M, Q
-
-
-def _range_steps(
-    ops: Any,
-    n_power_iter: int,
-    fuse: bool,
-    final_pass: bool,
-    row_basis: bool,
-    progress: Callable[[str], None] | None,
-) -> Generator[tuple[str, Any], Any, tuple[np.ndarray | None, np.ndarray, Any]]:
-    """:func:`range_finder`'s steps: yields each read of X it needs as ``(kind, W)`` (a
-    :class:`_Passes` method and its argument; the pass's result is sent back) and makes
-    the QRs between them itself (``ops.orthonormal``), so that several range finders can
-    share each read (:func:`randomized_svds`); returns ``(P, M, Q)``."""
     t0 = time.perf_counter()
     total = n_power_iter + (2 if final_pass else 1)
 
     def done(i: int, kind: str) -> None:
         nonlocal t0
-        if progress is not None and ops.eager:  # lazy passes all run at the end
+        if progress is not None and passes.eager:  # lazy passes all run at the end
             progress(f"pass {i} of {total} ({kind}): {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
 
-    Q = ops.orthonormal((yield "sketch", None))
+    Q = passes.orthonormal(passes.sketch())
     done(1, "sketch")
     for i in range(n_power_iter):
         if not final_pass and i == n_power_iter - 1:
-            Y, Z = yield "power_and_transpose", Q
-            Q, R = ops.orthonormal_r(Y)  # Qᵀ Y = R
+            Y, Z = passes.power_and_transpose(Q)
+            Q, R = passes.orthonormal_r(Y)  # Qᵀ Y = R
             done(i + 2, "power")
             return (*_row_basis_bt(Z, R, row_basis), Q)
         if fuse:
-            Y = yield "power", Q
+            Y = passes.power(Q)
         else:
-            Z = yield "transpose", Q
-            Y = yield "times", np.linalg.qr(Z)[0].astype(Z.dtype, copy=False)
-        Q = ops.orthonormal(Y)
+            Z = passes.transpose(Q)
+            Y = passes.times(np.linalg.qr(Z)[0].astype(Z.dtype, copy=False))
+        Q = passes.orthonormal(Y)
         done(i + 2, "power")
-    Bt = np.asarray((yield "transpose", Q), np.float64)
+    Bt = np.asarray(passes.transpose(Q), np.float64)
     P, M = _economic_qr(Bt, with_q=row_basis)
     done(total, "transpose")
     return P, M, Q
-
-
-def _drive(
-    steps: list[Generator[tuple[str, Any], Any, Any]],
-    read: Callable[[str, list[Any]], list[Any]],
-) -> list[Any]:
-    """Run range finders' steps in lockstep: each read they ask for (the same kind for
-    all, as they share their settings) made once for all of them by ``read(kind, [W,
-    …])``; their return values."""
-    asks = [next(g) for g in steps]
-    out: list[Any] = [None] * len(steps)
-    live = list(range(len(steps)))
-    while live:
-        kinds = {asks[i][0] for i in live}
-        if len(kinds) != 1:
-            raise RuntimeError(f"range finders asked for different passes at once: {kinds}")
-        results = read(kinds.pop(), [asks[i][1] for i in live])
-        for i, result in zip(list(live), results, strict=True):
-            try:
-                asks[i] = steps[i].send(result)
-            except StopIteration as stop:
-                out[i] = stop.value
-                live.remove(i)
-    return out
-
-
-def _one_pass(passes: _Passes, kind: str, W: Any) -> Any:
-    """One pass of ``kind`` through ``passes`` (``sketch`` takes no argument)."""
-    method = getattr(passes, kind)
-    return method() if kind == "sketch" else method(W)
-
-
-def _factors(
-    P: np.ndarray | None, M: np.ndarray, Q: Any, k: int, dtype: Any, persist: bool
-) -> tuple[Any, np.ndarray, np.ndarray | None]:
-    """``(U, s, Vt)`` at rank k from the range finder's ``P, M, Q``, signs fixed."""
-    # B = Qᵀ X = (P M)ᵀ with P orthonormal: B's SVD is M's (l × l, float64 on the client),
-    # its right vectors taken back through P
-    Vm, s, Umt = np.linalg.svd(M, full_matrices=False)
-    Ub, s = np.ascontiguousarray(Umt.T[:, :k], dtype), s[:k]
-    Vt = (P @ Vm[:, :k]).T if P is not None else None
-    if is_dask(Q):
-        # row block by row block (dask's matmul would rechunk the k columns)
-        U = da.map_blocks(np.matmul, Q, Ub, chunks=(Q.chunks[0], (k,)), dtype=dtype)
-        if persist:
-            U = _persisted(U)  # read by the sign flip and by the caller: computed once
-    else:
-        U = Q @ Ub
-    U, Vt = svd_flip(U, Vt)
-    return U, s.astype(dtype), None if Vt is None else Vt.astype(dtype)
 
 
 def _row_basis_bt(
@@ -722,14 +579,12 @@ class _BlockPasses:
     """
 
     def __init__(self, z: Any, l: int, omega: _TestMatrix, dtype: Any, persist: bool) -> None:
+        n = z.shape[0]
         threads = _n_threads()
         self.spans = _equal_groups(_column_bounds(z, dtype), threads)
-        self.basis = _RowBlockBasis(_row_chunks(z.shape[0], l, threads), persist)
+        parts = max(1, min(threads, n // max(l, 1)))
+        self.row_chunks = tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
         self.z, self.l, self.omega, self.dtype, self.eager = z, l, omega, dtype, persist
-
-    @property
-    def row_chunks(self) -> tuple[int, ...]:
-        return self.basis.row_chunks
 
     def sketch(self) -> Any:
         return self._summed("sketch")
@@ -753,13 +608,17 @@ class _BlockPasses:
         return self._summed("times", W)
 
     def orthonormal(self, Y: Any) -> Any:
-        return self.basis.orthonormal(Y)
+        return tsqr(Y, self.row_chunks, persist=self.eager)
 
     def orthonormal_r(self, Y: Any) -> tuple[Any, np.ndarray]:
-        return self.basis.orthonormal_r(Y)
+        Q, R = tsqr(Y, self.row_chunks, persist=self.eager, with_r=True)
+        return Q, R
 
     def _tasks(self, kind: str, W: Any = None) -> list[Any]:
-        W = _task_operand(W)
+        if W is not None and is_dask(W):
+            W = list(W.to_delayed().ravel())  # its row blocks, in order
+        elif W is not None:
+            W = delayed(W, pure=True)  # one key that every group task shares
         return [
             delayed(_group_pass, pure=True)(self.z, g, kind, W, self.omega, self.l, self.dtype)
             for g in self.spans
@@ -769,125 +628,22 @@ class _BlockPasses:
         return self._row_sums(self._tasks(kind, W))
 
     def _row_sums(self, parts: list[Any]) -> Any:
-        return _row_sums(parts, self.row_chunks, self.l, self.dtype)
+        """The sum of the groups' n × l results, one task per row block of the basis.
 
-
-class _RowBlockBasis:
-    """The QR steps of a basis kept in row blocks (one per worker thread)."""
-
-    def __init__(self, row_chunks: tuple[int, ...], persist: bool) -> None:
-        self.row_chunks, self.eager = row_chunks, persist
-
-    def orthonormal(self, Y: Any) -> Any:
-        return tsqr(Y, self.row_chunks, persist=self.eager)
-
-    def orthonormal_r(self, Y: Any) -> tuple[Any, np.ndarray]:
-        Q, R = tsqr(Y, self.row_chunks, persist=self.eager, with_r=True)
-        return Q, R
-
-
-class _PartPasses:
-    """Several column subsets (parts) of one column-block source, every pass reading X once
-    for all of them (:func:`randomized_svds`).
-
-    The tasks are :class:`_BlockPasses`'s (a contiguous group of X's columns per worker
-    thread, read one block at a time into a reused buffer), and each block read is cut
-    into the parts' columns, each part's products added into its own n × l sum. ``ops``:
-    each part's QR steps, for its range finder.
-    """
-
-    def __init__(
-        self,
-        z: Any,
-        parts: list[np.ndarray],
-        ls: list[int],
-        omega: _TestMatrix,
-        dtype: Any,
-        persist: bool,
-    ) -> None:
-        threads = _n_threads()
-        self.spans = _equal_groups(_column_bounds(z, dtype), threads)
-        self.runs = [_runs(c) for c in parts]
-        self.ops = [_RowBlockBasis(_row_chunks(z.shape[0], l, threads), persist) for l in ls]
-        self.z, self.ls, self.omega, self.dtype, self.eager = z, ls, omega, dtype, persist
-
-    def read(self, kind: str, Ws: list[Any]) -> list[Any]:
-        """Each part's result of the pass ``kind`` (a :class:`_Passes` method) with its own
-        operand (ignored for ``sketch``), from one read of X."""
-        operands = [_task_operand(W) for W in Ws]
-        tasks = [
-            delayed(_parts_pass, pure=True, nout=2)(
-                self.z, g, self.runs, kind, operands, self.omega, self.ls, self.dtype
+        Each row block's sum takes only those rows of each group's result, and the
+        scheduler places the blocks' sums (and then their QRs) on different workers: with
+        one sum of the whole, both row blocks were on one worker, and on 2 workers their
+        QRs (2.2–2.8 s each at full size) ran one after the other, or the second only
+        once the scheduler had moved it.
+        """
+        cuts = np.cumsum([0, *self.row_chunks]).tolist()
+        blocks = []
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            rows = [delayed(_rows, pure=True)(p, a, b) for p in parts]
+            blocks.append(
+                da.from_delayed(delayed(_add_all)(rows), (b - a, self.l), dtype=self.dtype)
             )
-            for g in self.spans
-        ]
-        n_parts = len(self.runs)
-        if kind == "transpose":
-            (blocks,) = dask_compute([t[1] for t in tasks])
-            return [_part_blocks(blocks, p) for p in range(n_parts)]
-        Ys = [
-            _row_sums([t[0][p] for t in tasks], ops.row_chunks, l, self.dtype)
-            for p, (ops, l) in enumerate(zip(self.ops, self.ls, strict=True))
-        ]
-        # all the parts' sums (and blocks) at once, as one graph whose keys stay as they
-        # are: each group task runs once for all of them (optimised apart, the arrays'
-        # graph fused the group tasks into their sums under new keys, and the blocks' graph
-        # ran them a second time)
-        if kind != "power_and_transpose":
-            return list(dask_persist(*Ys, optimize_graph=False)) if self.eager else Ys
-        *Ys, blocks = dask_persist(*Ys, [t[1] for t in tasks], optimize_graph=False)
-        (blocks,) = dask_compute(blocks)
-        return [(Y, _part_blocks(blocks, p)) for p, Y in enumerate(Ys)]
-
-
-def _runs(columns: np.ndarray) -> list[tuple[int, int, int]]:
-    """A part's columns as runs ``(start, stop, offset)``: X's columns ``start:stop`` are
-    the part's ``offset:offset + stop - start``."""
-    breaks = np.flatnonzero(np.diff(columns) != 1) + 1
-    starts = np.concatenate([[0], breaks])
-    stops = np.concatenate([breaks, [columns.size]])
-    return [
-        (int(columns[a]), int(columns[b - 1]) + 1, int(a))
-        for a, b in zip(starts, stops, strict=True)
-    ]
-
-
-def _part_blocks(blocks: list[list[list[np.ndarray]]], p: int) -> np.ndarray:
-    """Part p's ``Xᵀ W`` blocks from every group, in column order, as one array."""
-    return np.concatenate([b for group in blocks for b in group[p]])
-
-
-def _task_operand(W: Any) -> Any:
-    """A pass's operand as group tasks take it: a dask basis as its row blocks, in order;
-    an array as one key that every group task shares."""
-    if W is not None and is_dask(W):
-        return list(W.to_delayed().ravel())
-    if W is not None:
-        return delayed(W, pure=True)
-    return None
-
-
-def _row_chunks(n: int, l: int, threads: int) -> tuple[int, ...]:
-    """Row blocks of an n × l basis: one per worker thread, each at least l rows."""
-    parts = max(1, min(threads, n // max(l, 1)))
-    return tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
-
-
-def _row_sums(parts: list[Any], row_chunks: tuple[int, ...], l: int, dtype: Any) -> Any:
-    """The sum of the groups' n × l results, one task per row block of the basis.
-
-    Each row block's sum takes only those rows of each group's result, and the scheduler
-    places the blocks' sums (and then their QRs) on different workers: with one sum of
-    the whole, both row blocks were on one worker, and on 2 workers their QRs (2.2–2.8 s
-    each at full size) ran one after the other, or the second only once the scheduler
-    had moved it.
-    """
-    cuts = np.cumsum([0, *row_chunks]).tolist()
-    blocks = []
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-        rows = [delayed(_rows, pure=True)(p, a, b) for p in parts]
-        blocks.append(da.from_delayed(delayed(_add_all)(rows), (b - a, l), dtype=dtype))
-    return da.concatenate(blocks, axis=0)
+        return da.concatenate(blocks, axis=0)
 
 
 def _is_block_source(X: Array) -> bool:
@@ -921,78 +677,24 @@ def _group_pass(
             buf = np.empty((n, b - a), z.dtype)
         z.read_columns(a, b, buf)
         x = buf if buf.dtype == dtype else buf.astype(dtype)
-        _add_block(acc, out, kind, x, a, W, omega, l)
+        if kind == "sketch":
+            assert acc is not None
+            _add_times(acc, x, omega.rows(a, b, l, dtype))
+            continue
+        if kind == "times":
+            w = W[a:b].astype(dtype, copy=False)
+        else:
+            w = _transpose_times(_row_pieces(x, W), W) if isinstance(W, list) else x.T @ W
+            if kind != "power":
+                out.append(w)
+            if kind == "transpose":
+                continue
+        assert acc is not None  # set for every kind but transpose
+        _add_product(acc, x, w)
     if kind == "power_and_transpose":
         assert acc is not None
         return acc[None], out
     return out if acc is None else acc[None]
-
-
-def _parts_pass(
-    z: Any,
-    spans: list[tuple[int, int]],
-    runs: list[list[tuple[int, int, int]]],
-    kind: str,
-    Ws: list[Any],
-    omega: _TestMatrix,
-    ls: list[int],
-    dtype: Any,
-) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
-    """One task of :class:`_PartPasses`: a group of X's column blocks, each read once and
-    cut into the parts' columns (copied out whole, so each part's products take a
-    contiguous operand); for each part, what :func:`_group_pass` gives for ``kind``: its
-    (1, n, l) sum (none for ``transpose``) and its ``Xᵀ W`` blocks in column order."""
-    n = z.shape[0]
-    Ws = [[_aligned(w) for w in W] if isinstance(W, list) else _aligned(W) for W in Ws]
-    accs = [np.zeros((n, l), dtype) if kind != "transpose" else None for l in ls]
-    outs: list[list[np.ndarray]] = [[] for _ in ls]
-    buf: np.ndarray | None = None
-    cut: dict[int, np.ndarray] = {}
-    for a, b in spans:
-        if buf is None or buf.shape[1] != b - a:
-            buf = np.empty((n, b - a), z.dtype)
-        z.read_columns(a, b, buf)
-        for p, part_runs in enumerate(runs):
-            for r0, r1, off in part_runs:
-                lo, hi = max(a, r0), min(b, r1)
-                if lo >= hi:
-                    continue
-                w = hi - lo
-                x = cut.get(w)
-                if x is None or x.dtype != dtype:
-                    x = cut[w] = np.empty((n, w), dtype)
-                np.copyto(x, buf[:, lo - a : hi - a], casting="unsafe")
-                c = off + lo - r0  # the part's own columns c:c + w
-                _add_block(accs[p], outs[p], kind, x, c, Ws[p], omega, ls[p])
-    return [acc[None] for acc in accs if acc is not None], outs
-
-
-def _add_block(
-    acc: np.ndarray | None,
-    out: list[np.ndarray],
-    kind: str,
-    x: np.ndarray,
-    c: int,
-    W: Any,
-    omega: _TestMatrix,
-    l: int,
-) -> None:
-    """One block's share of a pass, as :func:`_group_pass` makes it: ``x`` is the block
-    (all rows), its first column the problem's column ``c``."""
-    if kind == "sketch":
-        assert acc is not None
-        _add_times(acc, x, omega.rows(c, c + x.shape[1], l, x.dtype))
-        return
-    if kind == "times":
-        w = W[c : c + x.shape[1]].astype(x.dtype, copy=False)
-    else:
-        w = _transpose_times(_row_pieces(x, W), W) if isinstance(W, list) else x.T @ W
-        if kind != "power":
-            out.append(w)
-        if kind == "transpose":
-            return
-    assert acc is not None  # set for every kind but transpose
-    _add_product(acc, x, w)
 
 
 def _add_product(acc: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -2,8 +2,7 @@
 
 Once per split, after the SVD and before the cluster stage: the first and the second half
 of every subject's time points each get a randomized SVD of their own (the run's rank and
-power iterations, capped at the half's width; both read together, each pass reading a
-subject once for both halves), and :func:`lsd_dask.selection.choose_feature_blur`
+power iterations, capped at the half's width), and :func:`lsd_dask.selection.choose_feature_blur`
 picks the blur from :data:`lsd_dask.selection.GRID_MM` by held-out parcel homogeneity at the
 run's smallest K, from the least blur up until the held-out error has risen past its best.
 The choice and its table go into ``<work>/blur/<split>.json`` (stamped,
@@ -28,10 +27,10 @@ import scipy.sparse as sp
 from .. import __version__
 from ..distributed import active_client
 from ..io.zarr_store import open_split
-from ..selection import EARLY_STOP, GRID_MM, choose_feature_blur, half_columns
+from ..selection import EARLY_STOP, GRID_MM, choose_feature_blur
 from .placement import features_on_workers
 from .stages import RunContext, Unit
-from .svd import group_svds, svd_features, svd_rank
+from .svd import group_svd, svd_features, svd_rank
 from .workdir import mesh_digest
 
 __all__ = ["BlurStage"]
@@ -96,23 +95,19 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
     k = min(cfg.ks)
     st = open_split(wd.store(split), storage_options=wd.folder.storage_options)
     client = active_client()
-    source = st.column_blocks
-    halves = half_columns(st.timepoints)
-    n = source.shape[0]
-    ranks = [svd_rank(cfg.svd, n, c.size) for c in halves]
-    # large features stay on the workers, where the blurs are scored as tasks, as the
-    # cluster stage's fits are: the client holds none of them
-    remote = client is not None and features_on_workers(client, n * max(ranks) * 4)
-    log(
-        f"[blur] {split} halves: rank {ranks[0]} of {n} x {halves[0].size} and rank {ranks[1]} "
-        f"of {n} x {halves[1].size}, each pass reading the split once for both"
-    )
-    found = group_svds(
-        source, halves, cfg.svd, cfg.random_state,
-        progress=lambda line: log(f"[blur] {split} halves {line}"),
-    )  # fmt: skip
     features = []
-    for U, s in found:
+    remote = False
+    for i, half in enumerate(st.column_blocks.halves(), 1):
+        n, m = half.shape
+        rank = svd_rank(cfg.svd, n, m)
+        # large features stay on the workers, where the blurs are scored as tasks, as the
+        # cluster stage's fits are: the client holds none of them
+        remote = client is not None and features_on_workers(client, n * rank * 4)
+        log(f"[blur] {split} half {i} of 2: rank {rank} of {n} x {m}")
+        U, s = group_svd(
+            half, cfg.svd, cfg.random_state,
+            progress=lambda line, i=i: log(f"[blur] {split} half {i} {line}"),
+        )  # fmt: skip
         F = svd_features(U, s)
         if remote and isinstance(F, da.Array):
             features.append(client.compute(F))

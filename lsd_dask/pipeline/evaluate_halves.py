@@ -35,7 +35,6 @@ import numpy as np
 
 from .. import evaluation as ev
 from ..io.zarr_store import open_split
-from ..selection import half_columns
 from .blur import chosen_blurs
 from .evaluate import (
     held_out_scores,
@@ -49,7 +48,7 @@ from .evaluate import (
 from .fits import estimator_key, fit_labels
 from .methods import MethodSpec
 from .stages import RunContext, Unit
-from .svd import group_svds, svd_features
+from .svd import group_svd, svd_features
 
 __all__ = ["TimeHalvesStage", "time_halves_rows"]
 
@@ -161,16 +160,13 @@ def _half_svds(ctx: RunContext, split: str) -> dict[str, tuple[np.ndarray, np.nd
     """Each time half's U (float32) and singular values, in memory."""
     cfg, wd, log = ctx.cfg, ctx.wd, ctx.log
     st = open_split(wd.store(split), storage_options=wd.folder.storage_options)
-    source = st.column_blocks
-    halves = half_columns(st.timepoints)
-    widths = " and ".join(f"{source.shape[0]} x {c.size}" for c in halves)
-    log(f"[evaluate_halves] {split} halves: SVDs of {widths}, read together")
-    found = group_svds(
-        source, halves, cfg.svd, cfg.random_state,
-        progress=lambda line: log(f"[evaluate_halves] {split} halves {line}"),
-    )  # fmt: skip
     out = {}
-    for i, (U, s) in enumerate(found, 1):
+    for i, half in enumerate(st.column_blocks.halves(), 1):
+        log(f"[evaluate_halves] {split} half {i} of 2: SVD of {half.shape[0]} x {half.shape[1]}")
+        U, s = group_svd(
+            half, cfg.svd, cfg.random_state,
+            progress=lambda line, i=i: log(f"[evaluate_halves] {split} half {i} {line}"),
+        )  # fmt: skip
         U = U.compute() if hasattr(U, "compute") else U
         out[f"half{i}"] = (np.asarray(U, np.float32), np.asarray(s, np.float64))
     return out

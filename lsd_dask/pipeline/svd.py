@@ -17,7 +17,7 @@ from distributed import KilledWorker
 
 from ..distributed import active_client
 from ..io.zarr_store import open_split, verify_split
-from ..linalg import randomized_svd, randomized_svds, streaming_svd
+from ..linalg import randomized_svd, streaming_svd
 from ..linalg.randomized import TEST_MATRICES, svd_task_bytes
 from ..similarity import unit_rows
 from . import files
@@ -206,25 +206,17 @@ def group_svd(
     """
     n, m = source.shape
     U, s, _ = randomized_svd(
-        source, svd_rank(settings, n, m), **_options(settings, random_state, progress)
+        source,
+        svd_rank(settings, n, m),
+        n_power_iter=settings.n_power_iter,
+        fuse_passes=settings.fuse_passes,
+        final_pass=settings.final_pass,
+        test_matrix=settings.test_matrix,
+        random_state=random_state,
+        return_vt=False,  # a run keeps U and s only
+        progress=progress,
     )
     return U, s
-
-
-def group_svds(
-    source: Any,
-    parts: list[np.ndarray],
-    settings: SvdSettings,
-    random_state: int,
-    progress: Callable[[str], None] | None = None,
-) -> list[tuple[Any, Any]]:
-    """:func:`group_svd` of several column subsets of a split's column blocks (the
-    halves of every subject's time points), read together: each pass reads the split
-    once for all of them (:func:`~lsd_dask.linalg.randomized.randomized_svds`)."""
-    n = source.shape[0]
-    ranks = [svd_rank(settings, n, len(c)) for c in parts]
-    found = randomized_svds(source, parts, ranks, **_options(settings, random_state, progress))
-    return [(U, s) for U, s, _ in found]
 
 
 def svd_features(U: Any, s: Any, kind: str = "us") -> Any:
@@ -233,21 +225,6 @@ def svd_features(U: Any, s: Any, kind: str = "us") -> Any:
     if kind == "us":
         return unit_rows(U * np.asarray(s).astype(U.dtype))
     return unit_rows(U)
-
-
-def _options(
-    settings: SvdSettings, random_state: int, progress: Callable[[str], None] | None
-) -> dict[str, Any]:
-    """The randomized SVD's keywords at the run's settings."""
-    return {
-        "n_power_iter": settings.n_power_iter,
-        "fuse_passes": settings.fuse_passes,
-        "final_pass": settings.final_pass,
-        "test_matrix": settings.test_matrix,
-        "random_state": random_state,
-        "return_vt": False,  # a run keeps U and s only
-        "progress": progress,
-    }
 
 
 def _memory_message(split: str, n: int, block: int, rank: int) -> str:

@@ -470,7 +470,9 @@ def test_one_range_finder_for_every_kind_of_input(store, fuse, width, kind):
         "blocks": _BlockPasses(_InMemoryBlocks(X, (128, width)), l, omega, np.float64, True),
     }
     lines = []
-    out = {name: range_finder(p, 2, fuse=fuse, progress=lines.append) for name, p in runs.items()}
+    out = {
+        name: range_finder(p, 2, fuse=fuse, progress=lines.append) for name, p in runs.items()
+    }
     P0, M0, Q0 = out["numpy"]
     Bt0 = P0 @ M0
     assert len(lines) == 3 * 4 and lines[0].startswith("pass 1 of 4 (sketch)")
@@ -628,86 +630,3 @@ def test_add_product_holds_no_product_sized_buffer():
         tracemalloc.stop()
     assert peak < acc.nbytes / 10
     np.testing.assert_allclose(acc, expected, rtol=1e-5, atol=1e-4)
-
-
-class _CountingSource:
-    """A column-block source that counts the columns read through it (in this process)."""
-
-    def __init__(self, z):
-        self.z, self.shape, self.dtype, self.chunks = z, z.shape, z.dtype, z.chunks
-        self.ndim = 2
-        self.columns_read = 0
-
-    def read_columns(self, start, stop, out):
-        self.columns_read += stop - start
-        return self.z.read_columns(start, stop, out)
-
-
-@pytest.mark.parametrize(("final_pass", "reads"), [(True, 4), (False, 3)])
-def test_parts_read_together_are_each_parts_own_svd(store, final_pass, reads):
-    """The halves of every subject's time points, read together: each half's
-    ``randomized_svd`` (numpy, the same seed and settings), with every column of the
-    store read once a pass for both halves (twice, one half after the other)."""
-    from lsd_dask.linalg.randomized import randomized_svds
-    from lsd_dask.selection import half_columns
-
-    p, _, _ = store
-    st = open_split(p)
-    X = st.data.compute()
-    halves = half_columns(st.timepoints)
-    source = _CountingSource(st.column_blocks)
-    with dask.config.set(scheduler="synchronous"):
-        got = randomized_svds(source, halves, [6, 5], random_state=4, final_pass=final_pass)
-        got = [(U.compute(), s, Vt) for U, s, Vt in got]
-    assert source.columns_read == reads * X.shape[1]
-    for (U, s, Vt), cols, k in zip(got, halves, [6, 5], strict=True):
-        Un, sn, Vtn = randomized_svd(
-            np.ascontiguousarray(X[:, cols]), k, random_state=4, final_pass=final_pass
-        )
-        assert U.shape == (X.shape[0], k) and Vt.shape == (k, cols.size)
-        np.testing.assert_allclose(s, sn, rtol=1e-5)
-        np.testing.assert_allclose(U, Un, atol=2e-4)
-        np.testing.assert_allclose(Vt, Vtn, atol=2e-4)
-
-
-def test_parts_read_together_under_distributed_workers(store):
-    """Worker processes read the store in their group tasks for both parts at once (here
-    one part is a few columns of each subject, the other a run across two subjects):
-    each part's own SVD, and its passes logged once for all parts."""
-    from lsd_dask.linalg.randomized import randomized_svds
-
-    p, _, _ = store
-    X = open_split(p).data.compute()
-    parts = [np.r_[3:9, 53:59, 103:109, 153:159], np.arange(40, 70)]
-    lines: list[str] = []
-    with _two_workers():
-        got = randomized_svds(
-            open_split(p).column_blocks, parts, 5, random_state=1, final_pass=False,
-            return_vt=False, progress=lines.append,
-        )  # fmt: skip
-        got = [(U.compute(), s, Vt) for U, s, Vt in got]
-    assert [line.split(":")[0] for line in lines] == [
-        "pass 1 of 3 (sketch)", "pass 2 of 3 (power)", "pass 3 of 3 (power)",
-    ]  # fmt: skip
-    for (U, s, Vt), cols in zip(got, parts, strict=True):
-        Un, sn, _ = randomized_svd(
-            np.ascontiguousarray(X[:, cols]), 5, random_state=1, final_pass=False
-        )
-        assert Vt is None
-        np.testing.assert_allclose(s, sn, rtol=1e-5)
-        np.testing.assert_allclose(U, Un, atol=2e-4)
-
-
-def test_parts_bad_input_is_named(store):
-    from lsd_dask.linalg.randomized import randomized_svds
-
-    p, _, _ = store
-    source = open_split(p).column_blocks
-    with pytest.raises(ValueError, match="part 1: columns must be increasing"):
-        randomized_svds(source, [np.arange(10), np.array([5, 4])], 2)
-    with pytest.raises(ValueError, match="part 0: k must be in"):
-        randomized_svds(source, [np.arange(3)], 4)
-    with pytest.raises(ValueError, match="2 ranks for 1 parts"):
-        randomized_svds(source, [np.arange(10)], [2, 3])
-    with pytest.raises(TypeError, match="column-block source"):
-        randomized_svds(np.ones((5, 5)), [np.arange(3)], 2)
