@@ -470,9 +470,7 @@ def test_one_range_finder_for_every_kind_of_input(store, fuse, width, kind):
         "blocks": _BlockPasses(_InMemoryBlocks(X, (128, width)), l, omega, np.float64, True),
     }
     lines = []
-    out = {
-        name: range_finder(p, 2, fuse=fuse, progress=lines.append) for name, p in runs.items()
-    }
+    out = {name: range_finder(p, 2, fuse=fuse, progress=lines.append) for name, p in runs.items()}
     P0, M0, Q0 = out["numpy"]
     Bt0 = P0 @ M0
     assert len(lines) == 3 * 4 and lines[0].startswith("pass 1 of 4 (sketch)")
@@ -560,6 +558,68 @@ def test_tsqr_against_scipy(dtype):
     Q = tsqr(da.from_array(Y, chunks=(60, 12)), (100,) * 5).compute()
     np.testing.assert_allclose(Q.T @ Q, np.eye(12), atol=tol)
     np.testing.assert_allclose(Q @ (Q.T @ Y), Y, atol=tol * 10 * np.abs(Y).max())
+
+
+@contextmanager
+def _counting_solves():
+    """The rows of each ``Y R⁻¹`` solve tsqr makes in this process (local scheduler)."""
+    from lsd_dask.linalg import randomized
+
+    rows: list[int] = []
+    solve = randomized._times_r_inverse
+
+    def counted(y, r):
+        rows.append(y.shape[0])
+        return solve(y, r)
+
+    randomized._times_r_inverse = counted
+    try:
+        yield rows
+    finally:
+        randomized._times_r_inverse = solve
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cond=st.floats(1.0, 1e3),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_tsqr_basis_for_a_power_iteration_is_y_times_r_inverse(cond, dtype, seed):
+    """``exact=False``: Q = Y R⁻¹ with the R of Y's QR, so Q R = Y and Q's columns span
+    Y's, orthonormal to about ε κ(Y) (checked densely in float64 against Y's condition
+    number, set here up to 1e3)."""
+    from lsd_dask.linalg.randomized import tsqr
+
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((300, 20)))[0]
+    V = np.linalg.qr(rng.standard_normal((20, 20)))[0]
+    Y = (U * np.geomspace(1.0, 1.0 / cond, 20) @ V).astype(dtype)
+    exact = tsqr(da.from_array(Y, chunks=(60, 20)), (150, 150)).compute()
+    with _counting_solves() as solves:
+        Q = tsqr(da.from_array(Y, chunks=(60, 20)), (150, 150), exact=False).compute()
+    assert solves == [150, 150]  # a triangular solve per row block, no reflectors' Q
+    assert Q.dtype == dtype and Q.shape == Y.shape
+    eps = np.finfo(dtype).eps
+    Q64 = Q.astype(np.float64)
+    assert np.abs(Q64.T @ Q64 - np.eye(20)).max() < 50 * eps * cond
+    # the same R: Q equals the reflectors' Q to the same ε κ
+    np.testing.assert_allclose(Q64, exact, atol=50 * eps * cond)
+
+
+def test_tsqr_basis_of_a_rank_deficient_y_is_the_reflectors_q():
+    """Where R's diagonal shows Y near singular, ``exact=False`` gives the orthonormal Q
+    of the reflectors (Y R⁻¹ would blow up)."""
+    from lsd_dask.linalg.randomized import tsqr
+
+    Y = np.random.default_rng(0).standard_normal((300, 12)).astype(np.float32)
+    Y[:, 5] = Y[:, 0] + Y[:, 1]
+    with _counting_solves() as solves:
+        Q = tsqr(da.from_array(Y, chunks=(60, 12)), (150, 150), exact=False).compute()
+    assert solves == []
+    assert np.isfinite(Q).all()
+    np.testing.assert_allclose(Q.T @ Q, np.eye(12), atol=1e-4)
+    np.testing.assert_allclose(Q @ (Q.T @ Y), Y, atol=1e-4 * np.abs(Y).max())
 
 
 @settings(max_examples=25, deadline=None)
