@@ -72,7 +72,8 @@ class BlurChoice:
     fwhm_mm : float
         The chosen blur.
     grid_mm : list of float
-        The blurs tried.
+        The grid of blurs; the first :attr:`tried` of them were tried, the rest came after
+        the stop.
     errors : ndarray of shape (len(grid_mm), 2 * n_seeds)
         Held-out within-parcel sum of squares per row, for each blur, seed and direction
         (half a's parcels on half b, then b's on a, for each seed in turn); NaN for the
