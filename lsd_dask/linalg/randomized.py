@@ -429,10 +429,10 @@ def tsqr(
     exact : bool, default=True
         ``False`` (with ``persist``): ``Q = Y R⁻¹``, a triangular solve of each row block
         (0.45 s for a 29,892 × 1,010 float32 block on a single-threaded worker, against
-        1.3 s to apply its reflectors), where R's diagonal puts κ(Y) below about ``1 / (1000 ε)``: the same
-        span, orthonormal to about ``ε κ(Y)``, which is all a power iteration needs of the
-        basis it starts from (Y's own rounding already limits its span that far). Else,
-        and for an ill-conditioned Y, the reflectors' Q.
+        1.3 s to apply its reflectors), where R's diagonal puts κ(Y) below about
+        ``1 / (1000 ε)``: the same span, orthonormal to about ``ε κ(Y)``, which is all a
+        power iteration needs of the basis it starts from (Y's own rounding already
+        limits its span that far). Else, and for an ill-conditioned Y, the reflectors' Q.
 
     Returns
     -------
