@@ -8,7 +8,7 @@ memory is its own) on a LocalCluster of single-threaded workers, into a fresh ou
 folder that is removed afterwards (a cohort's stores are about 2 × S × 65 MB).
 
 Before the run, every worker imports the pipeline, timed and reported apart
-(``--no-warm`` leaves it in the run): it is a fixed cost of every run (about 3 s: the
+(``--no-warm`` leaves it in the run): it is a fixed cost of every run (1–3 s: the
 pipeline's configuration imports the estimators and scikit-learn), which ingest's first
 tasks would otherwise pay and spread over the subjects.
 
@@ -189,7 +189,7 @@ def run_child(args: argparse.Namespace, inputs: Path, n_subjects: int) -> dict[s
 
 def _first_import(warm: bool) -> dict[str, float] | None:
     """With ``warm``: the package's pipeline imported on every worker before the run, and
-    the seconds each took (a fixed cost of every run, 3 s at the full vertex count, which
+    the seconds each took (a fixed cost of every run, 1–3 s at the full vertex count, which
     would otherwise fall in ingest and be spread over the subjects); None without."""
     if not warm:
         return None

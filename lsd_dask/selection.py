@@ -328,9 +328,7 @@ def _rose_past_best(errors: np.ndarray, rtol: float, margin: float) -> bool:
     """Whether the last blur's mean error is above the best of ``errors`` (the blurs
     tried so far, every row complete) by more than ``margin`` times its tolerance."""
     mean = errors.mean(axis=1)
-    best = float(mean.min())
-    allowed = max(float(_paired_se(errors)[-1]), rtol * best)
-    return bool(mean[-1] > best + margin * allowed)
+    return bool(mean[-1] > mean.min() + margin * _tolerance(errors, rtol)[-1])
 
 
 def _ways(halves: Sequence[Any], d: int) -> tuple[Any, Any]:
@@ -361,8 +359,14 @@ def _least_within_tolerance(grid: list[float], errors: np.ndarray, rtol: float) 
     standard error of it if that is wider."""
     mean = errors.mean(axis=1)
     best = int(np.argmin(mean))
-    allowed = np.maximum(_paired_se(errors), rtol * mean[best])
+    allowed = _tolerance(errors, rtol)
     for g in range(best + 1):
         if mean[g] <= mean[best] + allowed[g]:
             return grid[g]
     return grid[best]
+
+
+def _tolerance(errors: np.ndarray, rtol: float) -> np.ndarray:
+    """How far above the best mean error each blur's may be and still count as good as
+    the best: ``rtol`` times the best, or the paired standard error if that is wider."""
+    return np.asarray(np.maximum(_paired_se(errors), rtol * errors.mean(axis=1).min()))
