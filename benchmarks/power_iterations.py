@@ -6,7 +6,9 @@ runs the pipeline's SVD call (``randomized_svd`` on the store's column blocks, a
 run's rank, ``q`` power iterations, ``p`` oversamples, seed 0) on a LocalCluster of 2
 single-threaded workers, and is compared with ``--reference`` (``4:10`` by default: 6
 reads of X). ``q:p:r`` runs without the final pass (``final_pass=False``: the last power
-iteration's row basis stands in for it).
+iteration's row basis stands in for it); a last ``:wW`` (``2:10:r:w8``) sketches whole
+subjects drawn at random until they hold ``W × (k + p)`` time points
+(``randomized_svd``'s ``sketch_columns``; the pipeline's ``svd.sketch_width``).
 
 - seconds, reads of X (``q + 2``; ``q + 1`` without the final pass) and GEMM work
   (``(2 q + 2) · 2 n m (k + p)``; ``(2 q + 1) · …``);
@@ -71,7 +73,7 @@ def main() -> None:
     print(f"<!-- {args.split}: {n} x {m}, rank {rank} -->", flush=True)
     exact = args.reference == "exact"
     configs = [_config(r) for r in [*([] if exact else [args.reference]), *args.runs]]
-    runs: dict[tuple[int, int, bool], dict[str, object]] = {}
+    runs: dict[tuple[int, int, bool, float], dict[str, object]] = {}
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, memory_limit=args.memory_limit,
@@ -100,18 +102,19 @@ def main() -> None:
         nmi_truth = f"{_nmi(ref_labels, truth):.4f}" if truth is not None else "–"
         print(f"| exact (reference) | – | – | – | {ref['seconds']:.1f} | 0 / 0 | 1 / 1 | 1 | 0 | "
               f"1 | {nmi_truth} |")  # fmt: skip
-    for q, p, final in sorted(runs):
-        r = runs[q, p, final]
+    for q, p, final, width in sorted(runs):
+        r = runs[q, p, final, width]
         U, s = np.asarray(r["U"]), np.asarray(r["s"])
         Ur, sr = np.asarray(ref["U"]), np.asarray(ref["s"])
         err = np.abs(s - sr) / sr
         cos = np.linalg.svd(Ur.T.astype(np.float64) @ U.astype(np.float64), compute_uv=False)
-        is_ref = not exact and (q, p, final) == configs[0]
+        is_ref = not exact and (q, p, final, width) == configs[0]
         labels = ref_labels if is_ref else _labels(U, s, args.k)
         nmi_ref = _nmi(labels, ref_labels)
         nmi_truth = f"{_nmi(labels, truth):.4f}" if truth is not None else "–"
         name = f"{q} (reference)" if is_ref else str(q)
         name += "" if final else " (no final pass)"
+        name += f" (sketch {width:g} l)" if width else ""
         reads = q + 2 if final else q + 1
         tflop = (2 * q + (2 if final else 1)) * 2 * n * m * (rank + p) / 1e12
         print(
@@ -123,18 +126,22 @@ def main() -> None:
         )
 
 
-def _config(text: str) -> tuple[int, int, bool]:
-    """``q:p`` (with the final pass) or ``q:p:r`` (without it)."""
+def _config(text: str) -> tuple[int, int, bool, float]:
+    """``q:p`` (with the final pass) or ``q:p:r`` (without it), each with an optional
+    ``:wW`` (the sketch's width in ranks; 0, every subject, without it)."""
     q, p, *rest = text.split(":")
+    width = 0.0
+    if rest and rest[-1].startswith("w"):
+        width = float(rest.pop()[1:])
     if rest not in ([], ["r"]):
-        raise ValueError(f"a run is q:p or q:p:r, got {text!r}.")
-    return int(q), int(p), not rest
+        raise ValueError(f"a run is q:p or q:p:r, then optionally :wW, got {text!r}.")
+    return int(q), int(p), not rest, width
 
 
 def _svd(
     store: object,
     rank: int,
-    qpf: tuple[int, int, bool],
+    qpf: tuple[int, int, bool, float],
     out: Path,
     reuse: bool,
     test_matrix: str,
@@ -144,8 +151,9 @@ def _svd(
     there with ``reuse``)."""
     from lsd_dask.linalg import randomized_svd
 
-    q, p, final = qpf
+    q, p, final, width = qpf
     tag = ("" if final else "_r") + ("_g" if test_matrix == "gaussian" else "")
+    tag += f"_w{width:g}" if width else ""
     files = [out / f"{name}_q{q}_p{p}{tag}.npy" for name in ("U", "s", "seconds")]
     if reuse and all(f.exists() for f in files):
         return _load(files)
@@ -158,6 +166,7 @@ def _svd(
         random_state=0,
         final_pass=final,
         test_matrix=test_matrix,
+        sketch_columns=int(np.ceil(width * (rank + p))) if width else None,
     )
     U = np.asarray(U.compute() if hasattr(U, "compute") else U, np.float32)
     return _save(files, U, s, time.perf_counter() - t0)

@@ -65,6 +65,7 @@ def randomized_svd(
     fuse_passes: bool = True,
     final_pass: bool = True,
     test_matrix: str = "sparse",
+    sketch_columns: int | None = None,
     return_vt: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Any, np.ndarray, np.ndarray | None]:
@@ -118,6 +119,15 @@ def randomized_svd(
         Ω's entries: a sparse sign matrix (8 entries ±1 a row, [3]_), whose ``X Ω``
         costs a quarter of a Gaussian Ω's product, or standard normal ones (Halko's).
         After the power iterations both give bases of the same accuracy.
+    sketch_columns : int or None, default=None
+        The first sketch reads only whole column blocks (a split store's subjects; a dask
+        array's column chunks; a numpy array is one block), drawn at random (seeded by
+        ``random_state``) until they hold at least this many columns: Ω is zero on the
+        others' rows, and a column-block source does not read them. None reads every
+        block. The power iterations that follow read all of X, so this starts them from
+        a random part of X's range rather than all of it; with ``n_power_iter >= 1`` and
+        a few times l columns the basis is as accurate (``docs/benchmarks.md``), for a
+        fraction of the sketch's reads. Needs ``n_power_iter >= 1``.
     return_vt : bool, default=True
         ``False``: Vt is None, and the orthonormal factor of the m × l row basis is never
         formed (only its R). For a split of 33,000 columns at l = 1,010 that is 1.5 s of
@@ -153,9 +163,16 @@ def randomized_svd(
     l = min(k + n_oversamples, min(n, m))
     if test_matrix not in TEST_MATRICES:
         raise ValueError(f"test_matrix must be one of {TEST_MATRICES}, got {test_matrix!r}.")
-    omega = _TestMatrix(int(check_random_state(random_state).integers(2**63)), test_matrix)
+    if sketch_columns is not None and (sketch_columns < 1 or n_power_iter < 1):
+        raise ValueError(
+            "sketch_columns must be a positive number of columns, and needs n_power_iter "
+            f">= 1; got {sketch_columns} with n_power_iter {n_power_iter}."
+        )
+    seed = int(check_random_state(random_state).integers(2**63))
     if not (_is_block_source(X) or is_dask(X) or isinstance(X, np.ndarray)):
         X = as_array(X)
+    keep = None if sketch_columns is None else _sketch_blocks(X, sketch_columns, seed)
+    omega = _TestMatrix(seed, test_matrix, keep)
     if _is_block_source(X):
         passes: _Passes = _BlockPasses(X, l, omega, dtype, persist)
     elif is_dask(X):
@@ -285,13 +302,38 @@ class _TestMatrix:
     against 0.93 s for a 59,784 × 1,000 float32 subject and l = 1,010 on one thread), and
     the power iterations that follow make the basis as good (``docs/benchmarks.md``).
     ``gaussian``: standard normal entries (a dense array).
+
+    ``keep``: where not None, the column ranges of X whose rows are drawn; every other row
+    is zero (a sketch of part of X, :func:`randomized_svd`'s ``sketch_columns``).
     """
 
     seed: int
     kind: str = "sparse"
+    keep: tuple[tuple[int, int], ...] | None = None
 
     def rows(self, start: int, stop: int, l: int, dtype: Any) -> Any:
         """Rows ``start:stop`` in ``dtype``."""
+        out = self._drawn(start, stop, l, dtype)
+        if self.keep is None:
+            return out
+        zero = np.ones(stop - start, bool)
+        for a, b in self.keep:
+            zero[max(a, start) - start : max(min(b, stop), start) - start] = False
+        if not zero.any():
+            return out
+        if sp.issparse(out):
+            return sp.diags((~zero).astype(out.dtype)) @ out
+        out = np.array(out, copy=True)
+        out[zero] = 0
+        return out
+
+    def kept(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The ranges of columns ``start:stop`` whose rows are not zero."""
+        if self.keep is None:
+            return [(start, stop)]
+        return [(max(a, start), min(b, stop)) for a, b in self.keep if a < stop and b > start]
+
+    def _drawn(self, start: int, stop: int, l: int, dtype: Any) -> Any:
         groups = range(start // _OMEGA_ROWS, (stop - 1) // _OMEGA_ROWS + 1)
         off, n = start - groups[0] * _OMEGA_ROWS, stop - start
         rngs = [np.random.default_rng([self.seed, g]) for g in groups]
@@ -622,13 +664,20 @@ class _BlockPasses:
     def __init__(self, z: Any, l: int, omega: _TestMatrix, dtype: Any, persist: bool) -> None:
         n = z.shape[0]
         threads = _n_threads()
-        self.spans = _equal_groups(_column_bounds(z, dtype), threads)
+        bounds = _column_bounds(z, dtype)
+        self.spans = _equal_groups(bounds, threads)
+        # the sketch reads only the blocks where Ω is not zero, shared out afresh
+        kept = [piece for a, b in bounds for piece in omega.kept(a, b)]
+        self.sketch_spans = self.spans if omega.keep is None else _equal_groups(kept, threads)
         parts = max(1, min(threads, n // max(l, 1)))
         self.row_chunks = tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
-        self.z, self.l, self.omega, self.dtype, self.eager = z, l, omega, dtype, persist
+        self.l, self.omega, self.dtype, self.eager = l, omega, dtype, persist
+        # X's token made once: as an argument of every group task it was hashed again per
+        # task (0.15 s a pass on the client for a 33-subject store, growing with subjects)
+        self.zd = delayed(z, pure=True, traverse=False)
 
     def sketch(self) -> Any:
-        return self._summed("sketch")
+        return self._row_sums(self._tasks("sketch", spans=self.sketch_spans))
 
     def power(self, Q: Any) -> Any:
         return self._summed("power", Q)
@@ -658,14 +707,16 @@ class _BlockPasses:
         Q, R = tsqr(Y, self.row_chunks, persist=self.eager, with_r=True)
         return Q, R
 
-    def _tasks(self, kind: str, W: Any = None) -> list[Any]:
+    def _tasks(
+        self, kind: str, W: Any = None, spans: list[list[tuple[int, int]]] | None = None
+    ) -> list[Any]:
         if W is not None and is_dask(W):
             W = list(W.to_delayed().ravel())  # its row blocks, in order
         elif W is not None:
             W = delayed(W, pure=True)  # one key that every group task shares
         return [
-            delayed(_group_pass, pure=True)(self.z, g, kind, W, self.omega, self.l, self.dtype)
-            for g in self.spans
+            delayed(_group_pass, pure=True)(self.zd, g, kind, W, self.omega, self.l, self.dtype)
+            for g in (self.spans if spans is None else spans)
         ]
 
     def _summed(self, kind: str, W: Any = None) -> Any:
@@ -789,18 +840,47 @@ def _rows(part: np.ndarray, a: int, b: int) -> np.ndarray:
 
 
 def _equal_groups(bounds: list[tuple[int, int]], n_groups: int) -> list[list[tuple[int, int]]]:
-    """``n_groups`` contiguous runs of the columns of ``bounds``, of equal width (±1); a
-    block across a run's edge goes in two pieces, one to each run."""
-    m = bounds[-1][1] if bounds else 0
-    edges = np.linspace(0, m, max(n_groups, 1) + 1).round().astype(int).tolist()
+    """``n_groups`` runs of the columns of ``bounds`` (in order, not necessarily
+    contiguous), of equal width (±1); a block across a run's edge goes in two pieces, one
+    to each run."""
+    starts = np.cumsum([0, *(b - a for a, b in bounds)]).tolist()  # bounds laid end to end
+    edges = np.linspace(0, starts[-1], max(n_groups, 1) + 1).round().astype(int).tolist()
     groups = []
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         if hi <= lo:  # more groups than columns: this one gets none
             continue
-        pieces = [(max(a, lo), min(b, hi)) for a, b in bounds if a < hi and b > lo]
+        pieces = [
+            (a + max(c, lo) - c, a + min(c + b - a, hi) - c)
+            for (a, b), c in zip(bounds, starts, strict=False)
+            if c < hi and c + b - a > lo
+        ]
         if pieces:
             groups.append(pieces)
     return groups
+
+
+def _sketch_blocks(X: Any, columns: int, seed: int) -> tuple[tuple[int, int], ...]:
+    """Whole column blocks of X, drawn at random (from ``seed``) until they hold at least
+    ``columns`` columns (all of them if X has fewer), in column order.
+
+    The blocks are a column-block source's ``block_bounds`` (a split store's subjects)
+    where it has them, else its or a dask array's column chunks; a numpy array is one.
+    """
+    m = X.shape[1]
+    bounds = getattr(X, "block_bounds", None)
+    if bounds is None:
+        if isinstance(X, np.ndarray):
+            widths: Iterable[int] = [m]
+        elif is_dask(X):
+            widths = X.chunks[1]
+        else:
+            widths = [min(X.chunks[1], m - a) for a in range(0, m, X.chunks[1])]
+        cuts = np.cumsum([0, *widths]).tolist()
+        bounds = list(zip(cuts[:-1], cuts[1:], strict=True))
+    order = np.random.default_rng([seed, 1]).permutation(len(bounds))
+    widths = np.cumsum([bounds[j][1] - bounds[j][0] for j in order])
+    take = int(np.searchsorted(widths, columns)) + 1  # the first prefix holding enough
+    return tuple(tuple(map(int, bounds[j])) for j in sorted(order[:take]))  # type: ignore[misc]
 
 
 def _row_pieces(x: np.ndarray, blocks: list[np.ndarray]) -> list[np.ndarray]:
@@ -843,8 +923,10 @@ def _sketch_block(
     """One column block's share of X Ω, from the row blocks of that column block."""
     x_rows = [np.asarray(x) for x in x_rows]
     s0 = int(columns[0])
-    rows = omega.rows(s0, s0 + x_rows[0].shape[1], l, x_rows[0].dtype)
     out = np.zeros((1, sum(x.shape[0] for x in x_rows), l), x_rows[0].dtype)
+    if not omega.kept(s0, s0 + x_rows[0].shape[1]):
+        return out  # a block the sketch leaves out: Ω is zero on its rows
+    rows = omega.rows(s0, s0 + x_rows[0].shape[1], l, x_rows[0].dtype)
     i = 0
     for x in x_rows:
         _add_times(out[0, i : i + x.shape[0]], x, rows)

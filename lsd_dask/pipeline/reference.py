@@ -67,6 +67,9 @@ NOTES: dict[str, str] = {
     "false or n_power_iter 0",
     "svd.test_matrix": "sparse (8 entries ±1 a row; its product a quarter of a Gaussian "
     "one's) or gaussian: the randomized SVD's test matrix",
+    "svd.sketch_width": "the first sketch reads whole subjects, drawn at random, until they "
+    "hold sketch_width × (rank + 10) time points (the power iterations read them all); 0: "
+    "every subject, the default where n_power_iter is 0",
     "svd.n_keep": "streaming SVD: rows kept between blocks (null: its default)",
     "min_region_size": "vertices; smaller connected pieces do not count as regions in the "
     "split-half scores",
@@ -88,14 +91,12 @@ NOTES: dict[str, str] = {
     "preprocess.t_r": "seconds; null: from each file",
     "preprocess.confounds": "a TSV per subject, e.g. confounds/{subject}_desc-confounds"
     "_timeseries.tsv",
-    "preprocess.confound_columns": "its columns to regress out, e.g. [trans_x, csf, "
-    "white_matter]",
+    "preprocess.confound_columns": "its columns to regress out, e.g. [trans_x, csf, white_matter]",
     "preprocess.denoise": "nilearn's load_confounds beside each fMRIPrep BOLD file: a "
     "preset (simple, scrubbing, compcor, ica_aroma), strategies [motion, wm_csf, "
     "global_signal, scrub, high_pass] or {strategy: [...], motion: basic, ...}",
     "output": "the output folder (relative to this file)",
-    "work": "null: <output>/work; or a folder or URL every worker reads, e.g. "
-    "s3://bucket/run/work",
+    "work": "null: <output>/work; or a folder or URL every worker reads, e.g. s3://bucket/run/work",
     "storage_options": "fsspec options for a work URL (key, secret, endpoint...)",
     "cluster": "a cluster_configs/*.yaml, or a scheduler address (null: a local cluster)",
     "random_state": "the seed of every random draw",

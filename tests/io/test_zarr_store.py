@@ -188,10 +188,14 @@ def test_halves_read_each_subjects_first_and_second_half(tmp_path):
         w.finish(["s0", "s1", "s2"], ts, vertex_mask=mask, rows="surface")
     X = np.concatenate(xs, axis=1)[mask]
     widths = ([t // 2 for t in ts], [t - t // 2 for t in ts])
-    halves = open_split(tmp_path / "s.zarr").column_blocks.halves()
+    whole = open_split(tmp_path / "s.zarr").column_blocks
+    assert whole.block_bounds == [(0, 7), (7, 11), (11, 20)]  # the subjects' columns
+    halves = whole.halves()
     for half, cols, w in zip(halves, half_columns(ts), widths, strict=True):
         want = X[:, cols]
         assert half.shape == want.shape and half.chunks == (8, max(w))
+        cuts = np.cumsum([0, *w]).tolist()
+        assert half.block_bounds == list(zip(cuts[:-1], cuts[1:], strict=True))
         for a, b in [(0, want.shape[1]), (2, 6), (3, 4)]:
             out = np.full((X.shape[0], b - a), np.nan, np.float32)
             np.testing.assert_array_equal(half.read_columns(a, b, out), want[:, a:b])

@@ -77,6 +77,13 @@ def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
             {"svd": {"final_pass": False, "n_power_iter": 0}},
             "svd.final_pass: false needs svd.fuse_passes: true and svd.n_power_iter >= 1",
         ),
+        ({"svd": {"sketch_width": -1}}, "svd.sketch_width: a number of ranks' worth"),
+        ({"svd": {"sketch_width": "all"}}, "svd.sketch_width: a number of ranks' worth"),
+        ({"svd": {"sketch_width": True}}, "svd.sketch_width: a number of ranks' worth"),
+        (
+            {"svd": {"sketch_width": 4, "n_power_iter": 0, "final_pass": True}},
+            "svd.sketch_width 4 needs svd.n_power_iter >= 1",
+        ),
         ({"random_state": "seed"}, "random_state: 'seed' is not an integer"),
         ({"methods": ["lsd", "wrad"]}, r"methods\[1\]: unknown method 'wrad'"),
         (
@@ -235,10 +242,27 @@ def test_the_final_pass_is_left_out_where_the_settings_allow_it(folder, svd, fin
     assert cfg.svd.final_pass is final_pass
 
 
+@pytest.mark.parametrize(
+    ("svd", "width"),
+    [
+        ({}, SvdSettings.sketch_width),
+        ({"sketch_width": 0}, 0.0),  # every subject
+        ({"sketch_width": 2.5}, 2.5),
+        ({"n_power_iter": 0}, 0.0),  # no power iteration to read the rest
+    ],
+)
+def test_the_sketch_reads_part_of_the_subjects_where_power_iterations_follow(folder, svd, width):
+    cfg = load_config(_write(folder, svd={"rank": 40, **svd}))
+    assert cfg.svd.sketch_width == width
+    assert SvdSettings.sketch_width > 0  # the default reads part of them
+
+
 def test_settings_made_in_code_that_need_the_final_pass_say_so():
     with pytest.raises(ValueError, match="svd.final_pass: false needs svd.fuse_passes: true"):
         SvdSettings(n_power_iter=0)
-    assert SvdSettings(n_power_iter=0, final_pass=True).final_pass
+    with pytest.raises(ValueError, match="svd.sketch_width 8 needs svd.n_power_iter >= 1"):
+        SvdSettings(n_power_iter=0, final_pass=True)
+    assert SvdSettings(n_power_iter=0, final_pass=True, sketch_width=0).final_pass
 
 
 @pytest.mark.parametrize("kind", ["sparse", "gaussian"])
