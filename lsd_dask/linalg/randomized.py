@@ -673,7 +673,7 @@ class _BlockPasses:
         self.row_chunks = tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
         self.l, self.omega, self.dtype, self.eager = l, omega, dtype, persist
         # X's token made once: as an argument of every group task it was hashed again per
-        # task (0.15 s a pass on the client for a 33-subject store, growing with subjects)
+        # task (0.03 s a task on the client for a 33-subject store, growing with subjects)
         self.zd = delayed(z, pure=True, traverse=False)
 
     def sketch(self) -> Any:
