@@ -666,9 +666,9 @@ class _BlockPasses:
         threads = _n_threads()
         bounds = _column_bounds(z, dtype)
         self.spans = _equal_groups(bounds, threads)
-        # the sketch reads only the blocks where Ω is not zero, shared out afresh
+        # the sketch reads only the blocks where Ω is not zero (all of them without keep)
         kept = [piece for a, b in bounds for piece in omega.kept(a, b)]
-        self.sketch_spans = self.spans if omega.keep is None else _equal_groups(kept, threads)
+        self.sketch_spans = _equal_groups(kept, threads)
         parts = max(1, min(threads, n // max(l, 1)))
         self.row_chunks = tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
         self.l, self.omega, self.dtype, self.eager = l, omega, dtype, persist
@@ -878,8 +878,8 @@ def _sketch_blocks(X: Any, columns: int, seed: int) -> tuple[tuple[int, int], ..
         cuts = np.cumsum([0, *widths]).tolist()
         bounds = list(zip(cuts[:-1], cuts[1:], strict=True))
     order = np.random.default_rng([seed, 1]).permutation(len(bounds))
-    widths = np.cumsum([bounds[j][1] - bounds[j][0] for j in order])
-    take = int(np.searchsorted(widths, columns)) + 1  # the first prefix holding enough
+    held = np.cumsum([bounds[j][1] - bounds[j][0] for j in order])
+    take = int(np.searchsorted(held, columns)) + 1  # the first prefix holding enough
     return tuple(tuple(map(int, bounds[j])) for j in sorted(order[:take]))  # type: ignore[misc]
 
 

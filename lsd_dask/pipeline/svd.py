@@ -240,6 +240,7 @@ def group_svd(
     U, s, _ = randomized_svd(
         source,
         rank,
+        n_oversamples=_OVERSAMPLES,
         n_power_iter=settings.n_power_iter,
         fuse_passes=settings.fuse_passes,
         final_pass=settings.final_pass,
@@ -260,7 +261,7 @@ def svd_features(U: Any, s: Any, kind: str = "us") -> Any:
     return unit_rows(U)
 
 
-#: randomized_svd's default oversamples, which the sketch's width counts
+#: the randomized SVD's oversamples (its l = rank + 10), which the sketch's width counts
 _OVERSAMPLES = 10
 
 
