@@ -69,8 +69,8 @@ class SvdSettings:
         (8 subjects × 1,200 TRs, rank 400: 3 subjects) 0.9553–0.9554 of the exact SVD's
         variance against 0.9561–0.9564, labels as near the truth (NMI 0.911–0.913 against
         0.910–0.912) (``docs/benchmarks.md``, power iterations).
-        Needs ``n_power_iter >= 1``; a pipeline file that sets it to 0 and leaves this key
-        out gets 0.
+        Needs ``n_power_iter >= 1``; a pipeline file with ``n_power_iter: 0`` that leaves
+        this key out gets 0.
     n_keep : int or None
         Streaming SVD: rows kept between blocks (None: its default).
     """
