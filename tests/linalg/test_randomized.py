@@ -701,6 +701,64 @@ def test_tsqr_basis_for_a_power_iteration_is_y_times_r_inverse(cond, dtype, seed
     np.testing.assert_allclose(Q64, exact, atol=50 * eps * cond)
 
 
+@settings(max_examples=25, deadline=None)
+@given(cond=st.floats(1.0, 1e4), m=st.integers(20, 400), seed=st.integers(0, 2**16))
+def test_the_row_basis_r_from_the_gram_is_the_qrs_up_to_signs(cond, m, seed):
+    """``_gram_r``: the Cholesky factor of zᵀ z is z's QR's R with its rows' signs
+    flipped to a positive diagonal, to ε κ(z)² (κ set here up to 1e4), against scipy's QR
+    in float64."""
+    import scipy.linalg as sla
+
+    from lsd_dask.linalg.randomized import _gram_r
+
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((m, 20)))[0]
+    V = np.linalg.qr(rng.standard_normal((20, 20)))[0]
+    z = U * np.geomspace(1.0, 1.0 / cond, 20) @ V
+    r = _gram_r(z)
+    ref = sla.qr(z, mode="r")[0][:20]
+    ref *= np.sign(np.diag(ref))[:, None]
+    assert np.all(np.diag(r) > 0)
+    np.testing.assert_allclose(r, ref, atol=1e3 * np.finfo(float).eps * cond**2)
+
+
+def test_the_row_basis_r_of_a_rank_deficient_z_is_the_qrs():
+    """Where z is near rank-deficient (its Gram's Cholesky factor fails or spreads its
+    diagonal past 10⁶), ``_gram_r`` gives the QR's R itself, and the SVD without Vt
+    still finds the few directions there are."""
+    import scipy.linalg as sla
+
+    from lsd_dask.linalg.randomized import _gram_r
+
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((200, 3)) @ rng.standard_normal((3, 12))
+    np.testing.assert_array_equal(_gram_r(z), sla.qr(z, mode="r")[0][:12])
+    X = (rng.standard_normal((300, 5)) @ rng.standard_normal((5, 200))).astype(np.float32)
+    _, s, _ = randomized_svd(X, 20, final_pass=False, random_state=0, return_vt=False)
+    np.testing.assert_allclose(s[:5], np.linalg.svd(X, compute_uv=False)[:5], rtol=1e-5)
+    assert np.all(s[5:] < 1e-4 * s[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tsqr_left_factored_forms_q_times_w_in_one_step(dtype):
+    """``formed=False``: the basis's ``times(W)`` is the formed Q times W (Q applied to
+    Q' W, Q never formed), ``times()`` is Q itself, and R is the formed call's."""
+    from lsd_dask.linalg.randomized import tsqr
+
+    rng = np.random.default_rng(0)
+    Y = rng.standard_normal((300, 12)).astype(dtype)
+    W = rng.standard_normal((12, 5))
+    Yd = da.from_array(Y, chunks=(60, 12))
+    Q, R = tsqr(Yd, (150, 150), with_r=True)
+    basis, R2 = tsqr(Yd, (150, 150), with_r=True, formed=False)
+    tol = 50 * np.finfo(dtype).eps
+    np.testing.assert_array_equal(R2, R)
+    np.testing.assert_allclose(basis.times().compute(), Q.compute(), atol=tol)
+    QW = basis.times(W).compute()
+    assert QW.shape == (300, 5) and QW.dtype == dtype
+    np.testing.assert_allclose(QW, Q.compute().astype(np.float64) @ W, atol=10 * tol)
+
+
 def test_tsqr_basis_of_a_rank_deficient_y_is_the_reflectors_q():
     """Where R's diagonal shows Y near singular, ``exact=False`` gives the orthonormal Q
     of the reflectors (Y R⁻¹ would blow up)."""
