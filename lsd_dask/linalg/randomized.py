@@ -450,13 +450,13 @@ def _gram_r(z: np.ndarray) -> np.ndarray:
     """
     gram = sla.blas.dsyrk(1.0, z, trans=1)  # the upper triangle of zᵀ z
     try:
-        r = sla.cholesky(gram, lower=False, check_finite=False)
+        r = np.asarray(sla.cholesky(gram, lower=False, check_finite=False))
     except np.linalg.LinAlgError:
-        r = None
-    d = np.abs(np.diag(r)) if r is not None else np.zeros(0)
-    if r is None or not d.size or d.min() <= _GRAM_MIN_SPREAD * d.max():
         return _economic_qr(z, with_q=False)[1]
-    return np.asarray(r)
+    d = np.abs(np.diag(r))
+    if d.min() <= _GRAM_MIN_SPREAD * d.max():
+        return _economic_qr(z, with_q=False)[1]
+    return r
 
 
 #: the smallest ratio of R's diagonal entries at which :func:`_gram_r` trusts zᵀ z
@@ -566,9 +566,10 @@ class _FactoredBasis:
     """The Q of :func:`tsqr`, kept as its factors: each row block's reflectors (persisted
     on the workers) and the stacked QR's Q' (here); ``times(W)`` forms ``Q W``."""
 
-    def __init__(self, factored: list[Any], q_small: np.ndarray, rows: tuple[int, ...], dtype: Any):
+    def __init__(
+        self, factored: list[Any], q_small: np.ndarray, rows: tuple[int, ...], dtype: Any
+    ) -> None:
         self.factored, self.q_small, self.rows, self.dtype = factored, q_small, rows, dtype
-        self.shape = (sum(rows), q_small.shape[1])
 
     def times(self, W: np.ndarray | None = None) -> Any:
         """``Q W`` (Q without W), persisted: each row block's reflectors applied to its
