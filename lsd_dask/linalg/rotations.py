@@ -42,7 +42,11 @@ def rotate_givens(m: np.ndarray, u: np.ndarray) -> np.ndarray:
         v = _orthogonal_to(m)
         c, s = -1.0, 0.0
     else:
+        # once more against m: for nearly parallel m and u, v = u - c m is a small
+        # difference whose rounding leaves it off m's complement by about eps / angle
         v = v / nv
+        v = v - (v @ m) * m
+        v = v / np.linalg.norm(v)
         s = float(u @ v)
     # basis U = [m, v, rest]; R = U G U^T with G the 2-D rotation taking e1 to (c, s)
     U = _complete_basis(np.column_stack([m, v]))
