@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -287,8 +287,9 @@ def active_client() -> Client | None:
         return None
 
 
-def scattered_rows(X: Array, chunk: int) -> Any:
-    """A dask array of X's row blocks of ``chunk`` rows, the blocks scattered to the workers.
+def scattered_rows(X: Array, chunk: int | Sequence[int]) -> Any:
+    """A dask array of X's row blocks of ``chunk`` rows (or of the row counts ``chunk``
+    lists, which sum to X's rows), the blocks scattered to the workers.
 
     With an active client, each block is sent to a worker once (``Client.scatter``) and the
     array's graph holds only the futures: ``dask.array.from_array`` on a large numpy (or
@@ -300,10 +301,16 @@ def scattered_rows(X: Array, chunk: int) -> Any:
     import numpy as np
 
     client = active_client()
-    starts = list(range(0, X.shape[0], chunk))
+    n = X.shape[0]
+    rows = (
+        tuple(min(chunk, n - a) for a in range(0, n, chunk))
+        if isinstance(chunk, int)
+        else tuple(chunk)
+    )
     if client is None:
-        return da.from_array(X, chunks=(chunk, X.shape[1]))
-    blocks = [np.ascontiguousarray(X[a : a + chunk]) for a in starts]
+        return da.from_array(X, chunks=(rows, X.shape[1]))
+    cuts = np.cumsum([0, *rows])
+    blocks = [np.ascontiguousarray(X[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
     futures = client.scatter(blocks, hash=False)
     parts = [
         da.from_delayed(f, b.shape, dtype=b.dtype) for f, b in zip(futures, blocks, strict=True)

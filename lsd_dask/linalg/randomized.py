@@ -67,6 +67,7 @@ def randomized_svd(
     test_matrix: str = "sparse",
     sketch_columns: int | None = None,
     return_vt: bool = True,
+    start: Any = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Any, np.ndarray, np.ndarray | None]:
     """Rank-k SVD ``X ≈ U diag(s) Vt`` by randomized subspace iteration.
@@ -134,6 +135,14 @@ def randomized_svd(
         conditioned. For a split of 33,000 columns at l = 1,010 that is 0.6 s against 2.8 s
         for the QR's R alone (more to form its Q and take the product with it), in this
         process, while the workers wait.
+    start : array of shape (n, l0), optional
+        A basis to start from in place of the sketch ``X Ω``: no sketch pass, and l = l0
+        (``k <= l0 <= min(n, m)``; ``n_oversamples`` unused). For an X whose range is
+        near a known one: the columns of a larger matrix that holds X (a split's U for a
+        half of its time points), where one power iteration from that basis does what
+        the sketch and two do from Ω. Its columns are used as given: orthonormal ones (a
+        U) keep the first product well conditioned. Numpy or dask; not with
+        ``sketch_columns``.
     progress : callable, optional
         For a column-block source: receives one line per pass over X when the pass is done
         (``"pass 2 of 4 (power): 51.3 s"``), for batch logs.
@@ -170,6 +179,15 @@ def randomized_svd(
             "sketch_columns must be a positive number of columns, and needs n_power_iter "
             f">= 1; got {sketch_columns} with n_power_iter {n_power_iter}."
         )
+    if start is not None:
+        if sketch_columns is not None:
+            raise ValueError("start replaces the sketch: pass start or sketch_columns, not both.")
+        if start.ndim != 2 or start.shape[0] != n or not k <= start.shape[1] <= min(n, m):
+            raise ValueError(
+                f"start must be an (n, l0) basis with n = {n} and {k} <= l0 <= {min(n, m)}, "
+                f"got shape {start.shape}."
+            )
+        l = start.shape[1]
     seed = int(check_random_state(random_state).integers(2**63))
     if not (_is_block_source(X) or is_dask(X) or isinstance(X, np.ndarray)):
         X = as_array(X)
@@ -184,6 +202,7 @@ def randomized_svd(
     P, M, Q = range_finder(
         passes,
         n_power_iter,
+        start=None if start is None else passes.as_basis(start),
         fuse=fuse_passes,
         final_pass=final_pass,
         row_basis=return_vt,
@@ -363,6 +382,7 @@ def range_finder(
     fuse: bool = True,
     final_pass: bool = True,
     row_basis: bool = True,
+    start: Any = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray, Any]:
     """Halko's randomized range finder over X, read only through ``passes``.
@@ -377,6 +397,7 @@ def range_finder(
     ``Qᵀ X P Pᵀ = (Qᵀ Y) R⁻¹ Pᵀ`` stands for ``Qᵀ X`` (X approximated on the row basis P).
 
     With ``row_basis=False`` P is None: only M is formed (the R factors of the QRs).
+    ``start`` (from ``passes.as_basis``) stands for ``orth(X Ω)``: no sketch pass.
 
     Returns
     -------
@@ -390,7 +411,8 @@ def range_finder(
         passes, their factors (``Q.times(W)`` forms ``Q W``).
     """
     t0 = time.perf_counter()
-    total = n_power_iter + (2 if final_pass else 1)
+    first = 1 if start is None else 0  # passes before the power iterations
+    total = n_power_iter + first + (1 if final_pass else 0)
 
     def done(i: int, kind: str) -> None:
         nonlocal t0
@@ -400,13 +422,16 @@ def range_finder(
 
     # a Q that only starts another power iteration need not be orthonormal to the last
     # digit (passes.basis); the one the factors are made from must
-    Q = (passes.basis if n_power_iter else passes.orthonormal)(passes.sketch())
-    done(1, "sketch")
+    if start is None:
+        Q = (passes.basis if n_power_iter else passes.orthonormal)(passes.sketch())
+        done(1, "sketch")
+    else:
+        Q = start
     for i in range(n_power_iter):
         if not final_pass and i == n_power_iter - 1:
             Y, Z = passes.power_and_transpose(Q)
             Q, R = passes.orthonormal_r(Y)  # Qᵀ Y = R
-            done(i + 2, "power")
+            done(i + 1 + first, "power")
             return (*_row_basis_bt(Z, R, row_basis), Q)
         if fuse:
             Y = passes.power(Q)
@@ -415,7 +440,7 @@ def range_finder(
             Y = passes.times(np.linalg.qr(Z)[0].astype(Z.dtype, copy=False))
         last = i == n_power_iter - 1
         Q = passes.orthonormal(Y) if last else passes.basis(Y)
-        done(i + 2, "power")
+        done(i + 1 + first, "power")
     Bt = np.asarray(passes.transpose(Q), np.float64)
     P, M = _economic_qr(Bt, with_q=row_basis)
     done(total, "transpose")
@@ -618,6 +643,10 @@ class _Passes(Protocol):
 
     def orthonormal_r(self, Y: Any) -> tuple[Any, np.ndarray]: ...
 
+    def as_basis(self, start: Any) -> Any:
+        """``start`` (n × l) as this reader's passes take a basis."""
+        ...
+
 
 class _NumpyPasses:
     """X in memory."""
@@ -654,6 +683,9 @@ class _NumpyPasses:
     def orthonormal_r(self, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         Q, R = np.linalg.qr(Y)
         return Q, R
+
+    def as_basis(self, start: Any) -> np.ndarray:
+        return np.asarray(start.compute() if is_dask(start) else start, self.X.dtype)
 
 
 class _DaskPasses:
@@ -706,6 +738,9 @@ class _DaskPasses:
     def orthonormal_r(self, Y: Any) -> tuple[Any, np.ndarray]:
         Q, R = tsqr(Y, self.X.chunks[0], persist=self.eager, with_r=True, formed=False)
         return Q, R
+
+    def as_basis(self, start: Any) -> Any:
+        return _row_blocks(start, self.X.chunks[0], self.X.dtype)
 
 
 class _BlockPasses:
@@ -769,6 +804,9 @@ class _BlockPasses:
         Q, R = tsqr(Y, self.row_chunks, persist=self.eager, with_r=True, formed=False)
         return Q, R
 
+    def as_basis(self, start: Any) -> Any:
+        return _row_blocks(start, self.row_chunks, self.dtype)
+
     def _tasks(
         self, kind: str, W: Any = None, spans: list[list[tuple[int, int]]] | None = None
     ) -> list[Any]:
@@ -801,6 +839,18 @@ class _BlockPasses:
                 da.from_delayed(delayed(_add_all)(rows), (b - a, self.l), dtype=self.dtype)
             )
         return da.concatenate(blocks, axis=0)
+
+
+def _row_blocks(a: Any, rows: tuple[int, ...], dtype: Any) -> Any:
+    """``a`` (numpy or dask, n × l) as a dask array in ``dtype`` with row chunks ``rows``;
+    a numpy one's blocks scattered to the workers of a distributed client, not put in the
+    graph (240 MB for a split's U at full scale)."""
+    if is_dask(a):
+        return a.astype(dtype).rechunk((rows, a.shape[1]))
+    from ..distributed import scattered_rows
+
+    out: da.Array = scattered_rows(np.asarray(a, dtype), rows)
+    return out
 
 
 def _is_block_source(X: Array) -> bool:

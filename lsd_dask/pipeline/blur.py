@@ -1,8 +1,10 @@
 """The blur stage: ``feature_smoothing_mm: auto`` lets each split's data choose its blur.
 
 Once per split, after the SVD and before the cluster stage: the first and the second half
-of every subject's time points each get a randomized SVD of their own (the run's rank and
-power iterations, capped at the half's width), and :func:`lsd_dask.selection.choose_feature_blur`
+of every subject's time points each get a randomized SVD of their own at the run's rank
+(capped at the half's width), started from the split's U with one power iteration
+(``svd.blur_halves_start: split``, one read of each half) or from their own sketch with
+the run's power iterations (``sketch``), and :func:`lsd_dask.selection.choose_feature_blur`
 picks the blur from :data:`lsd_dask.selection.GRID_MM` by held-out parcel homogeneity at the
 run's smallest K, from the least blur up until the held-out error has risen past its best.
 The choice and its table go into ``<work>/blur/<split>.json`` (stamped,
@@ -30,7 +32,7 @@ from ..io.zarr_store import open_split
 from ..selection import EARLY_STOP, GRID_MM, choose_feature_blur
 from .placement import features_on_workers
 from .stages import RunContext, Unit
-from .svd import group_svd, svd_features, svd_rank
+from .svd import half_svd, svd_features, svd_rank
 from .workdir import mesh_digest
 
 __all__ = ["BlurStage"]
@@ -57,6 +59,12 @@ class BlurStage:
                 {
                     "ingest": wd.fingerprint_of(f"ingest/{split}"),
                     "svd": asdict(cfg.svd),
+                    # the halves start from the split's U
+                    "split_svd": (
+                        wd.fingerprint_of(f"svd/{split}")
+                        if cfg.svd.blur_halves_start == "split"
+                        else None
+                    ),
                     "random_state": cfg.random_state,
                     "k": min(cfg.ks),
                     "grid_mm": list(GRID_MM),
@@ -95,17 +103,20 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
     k = min(cfg.ks)
     st = open_split(wd.store(split), storage_options=wd.folder.storage_options)
     client = active_client()
+    start = wd.load_npy(wd.u(split)) if cfg.svd.blur_halves_start == "split" else None
     features = []
     remote = False
     for i, half in enumerate(st.column_blocks.halves(), 1):
         n, m = half.shape
         rank = svd_rank(cfg.svd, n, m)
+        if start is not None:
+            rank = min(rank, start.shape[1])
         # large features stay on the workers, where the blurs are scored as tasks, as the
         # cluster stage's fits are: the client holds none of them
         remote = client is not None and features_on_workers(client, n * rank * 4)
         log(f"[blur] {split} half {i} of 2: rank {rank} of {n} x {m}")
-        U, s = group_svd(
-            half, cfg.svd, cfg.random_state,
+        U, s = half_svd(
+            half, cfg.svd, cfg.random_state, start,
             progress=lambda line, i=i: log(f"[blur] {split} half {i} {line}"),
         )  # fmt: skip
         F = svd_features(U, s)

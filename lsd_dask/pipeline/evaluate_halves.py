@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -72,7 +71,7 @@ class TimeHalvesStage:
         mesh = ctx.kept_mesh()
         common = {
             "ingest": {s: wd.fingerprint_of(f"ingest/{s}") for s in splits},
-            "svd": asdict(cfg.svd),
+            "svd": cfg.svd.split_key(),
             **scoring_key(ctx),
         }
         return [

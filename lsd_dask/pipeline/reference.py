@@ -71,6 +71,8 @@ NOTES: dict[str, str] = {
     "hold sketch_width × (rank + 10) time points (the power iterations read them all); 0: "
     "every subject, the default where n_power_iter is 0",
     "svd.n_keep": "streaming SVD: rows kept between blocks (null: its default)",
+    "svd.blur_halves_start": "split: the blur choice's half SVDs start from the split's U "
+    "(one read of each half); sketch: from their own sketch, as the split's SVD",
     "min_region_size": "vertices; smaller connected pieces do not count as regions in the "
     "split-half scores",
     "features": "null: each method's own; us: unit rows of U·Σ; u: unit rows of U",

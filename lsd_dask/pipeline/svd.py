@@ -23,7 +23,10 @@ from ..similarity import unit_rows
 from . import files
 from .stages import RunContext, Unit
 
-__all__ = ["SvdSettings", "SvdStage", "group_svd", "svd_features"]
+__all__ = ["HALVES_STARTS", "SvdSettings", "SvdStage", "group_svd", "half_svd", "svd_features"]
+
+#: how the blur choice's half SVDs begin (``svd.blur_halves_start``)
+HALVES_STARTS = ("split", "sketch")
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,13 @@ class SvdSettings:
         this key out gets 0.
     n_keep : int or None
         Streaming SVD: rows kept between blocks (None: its default).
+    blur_halves_start : {"split", "sketch"}
+        How the blur choice's (``feature_smoothing_mm: auto``) SVDs of a split's two time
+        halves begin. ``split``: from the split's own U, with one power iteration and no
+        final pass, so each half is read once; ``sketch``: from their own sketch, with
+        the settings above, as the split's SVD (``n_power_iter + 1`` reads each). The
+        time-halves evaluation keeps the halves apart (``sketch``) whatever this says:
+        its scores are the held-out half's, which the split's U has seen.
     """
 
     method: str = "randomized"
@@ -83,6 +93,7 @@ class SvdSettings:
     test_matrix: str = "sparse"
     sketch_width: float = 8.0
     n_keep: int | None = None
+    blur_halves_start: str = "split"
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any], where: str) -> SvdSettings:
@@ -117,8 +128,15 @@ class SvdSettings:
                 f"svd.sketch_width: a number of ranks' worth of time points, 0 or more "
                 f"(0: every subject), got {sketch_width!r}."
             )
+        blur_halves_start = raw.get("blur_halves_start", cls.blur_halves_start)
+        if blur_halves_start not in HALVES_STARTS:
+            raise ValueError(
+                f"svd.blur_halves_start must be one of {', '.join(HALVES_STARTS)}, got "
+                f"{blur_halves_start!r}."
+            )
         return cls(
             method=method,
+            blur_halves_start=blur_halves_start,
             rank=files.int_setting(raw.get("rank", cls.rank), "svd.rank", 1),
             n_power_iter=n_power_iter,
             test_matrix=test_matrix,
@@ -126,6 +144,11 @@ class SvdSettings:
             n_keep=None if n_keep is None else files.int_setting(n_keep, "svd.n_keep", 1),
             **flags,
         )
+
+    def split_key(self) -> dict[str, Any]:
+        """The settings a split's own SVD depends on: all but ``blur_halves_start``, so
+        that changing how the blur choice starts does not redo the split's SVD."""
+        return {k: v for k, v in asdict(self).items() if k != "blur_halves_start"}
 
     def __post_init__(self) -> None:
         if not self.final_pass and not _row_basis_possible(self.fuse_passes, self.n_power_iter):
@@ -152,7 +175,7 @@ class SvdStage:
                 f"svd/{split}",
                 {
                     "ingest": wd.fingerprint_of(f"ingest/{split}"),
-                    "svd": asdict(ctx.cfg.svd),
+                    "svd": ctx.cfg.svd.split_key(),
                     "random_state": ctx.cfg.random_state,
                 },
                 [wd.u(split), wd.s(split)],
@@ -250,6 +273,27 @@ def group_svd(
         return_vt=False,  # a run keeps U and s only
         progress=progress,
     )
+    return U, s
+
+
+def half_svd(
+    half: Any,
+    settings: SvdSettings,
+    random_state: int,
+    start: np.ndarray | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Any, Any]:
+    """The randomized SVD of one time half of a split: from ``start`` (the split's U) with
+    one power iteration and no final pass (one read of the half) where it is given, else
+    :func:`group_svd`'s. The rank is the run's, capped at the half's width, and ``start``
+    gives that many of its columns."""
+    if start is None:
+        return group_svd(half, settings, random_state, progress=progress)
+    rank = min(svd_rank(settings, *half.shape), start.shape[1])
+    U, s, _ = randomized_svd(
+        half, rank, n_power_iter=1, final_pass=False, start=start[:, :rank],
+        random_state=random_state, return_vt=False, progress=progress,
+    )  # fmt: skip
     return U, s
 
 

@@ -159,6 +159,23 @@ def test_randomized_under_distributed_client(store):
     np.testing.assert_allclose(np.abs(U_t.compute()), np.abs(U), atol=1e-4)
 
 
+def test_a_half_from_the_splits_u_on_distributed_workers(store):
+    """A split store's time half, started from the split's U, on 2 worker processes: the
+    same U and s as the numpy half from the same start."""
+    p, subs, (U0, _, _) = store
+    half = open_split(p).column_blocks.halves()[0]
+    X = np.concatenate([x[:, : x.shape[1] // 2] for _, x in subs], axis=1)
+    start = np.asarray(U0[:, :8], np.float32)
+    ref, s_ref, _ = randomized_svd(X, 6, n_power_iter=1, final_pass=False, start=start)
+    with _two_workers():
+        U, s, _ = randomized_svd(
+            half, 6, n_power_iter=1, final_pass=False, start=start, return_vt=False
+        )
+        U = U.compute()
+    np.testing.assert_allclose(s, s_ref, rtol=1e-5)
+    np.testing.assert_allclose(U, ref, atol=1e-4)
+
+
 def test_bad_k(store):
     p, _, _ = store
     with pytest.raises(ValueError, match="k must be in"):
@@ -623,6 +640,44 @@ def test_without_the_final_pass_one_read_fewer_at_an_accuracy_between():
         randomized_svd(X, k, n_power_iter=0, final_pass=False)
     with pytest.raises(ValueError, match="final_pass=False needs"):
         randomized_svd(X, k, fuse_passes=False, final_pass=False)
+
+
+def test_a_start_from_the_whole_replaces_the_sketch_for_a_part_of_it():
+    """``start``: the basis of a matrix that holds X (the whole's U, for half of its
+    columns) stands for the sketch. No sketch pass: one power iteration without the
+    final pass reads X once. Its rank-k error is below the sketch's with two power
+    iterations, which reads X three times (and within 2 % of the best rank-k); numpy,
+    dask and column-block inputs, and numpy or dask starts, agree."""
+    whole = _decaying(m=800)
+    X = np.ascontiguousarray(whole[:, :400])
+    k, l0 = 10, 12
+    start = np.linalg.svd(whole, full_matrices=False)[0][:, :l0]
+    U0, s0, Vt0 = np.linalg.svd(X, full_matrices=False)
+    best = np.linalg.norm(X - (U0[:, :k] * s0[:k]) @ Vt0[:k])
+
+    def excess(U, s, Vt):
+        return np.linalg.norm(X - (np.asarray(U) * s) @ Vt) / best - 1
+
+    blocks = _InMemoryBlocks(X, (128, 50))
+    U, s, Vt = randomized_svd(
+        blocks, k, n_power_iter=1, final_pass=False, random_state=0, start=start
+    )
+    U = np.asarray(U.compute())
+    assert blocks.reads == 8  # 8 column blocks, each read once
+    for x, st0 in ((X, start), (da.from_array(X, chunks=(128, 100)), da.from_array(start))):
+        Ux, sx, _ = randomized_svd(
+            x, k, n_power_iter=1, final_pass=False, random_state=0, start=st0
+        )
+        np.testing.assert_allclose(sx, s, rtol=1e-8)
+        np.testing.assert_allclose(np.asarray(Ux), U, atol=1e-8)
+    sketched = randomized_svd(X, k, n_power_iter=2, n_oversamples=l0 - k, final_pass=False)
+    assert 0 < excess(U, s, Vt) < min(0.02, excess(*sketched))
+    with pytest.raises(ValueError, match="start must be an"):
+        randomized_svd(X, k, start=start[:-1])
+    with pytest.raises(ValueError, match="start must be an"):
+        randomized_svd(X, k, start=start[:, : k - 1])
+    with pytest.raises(ValueError, match="start replaces the sketch"):
+        randomized_svd(X, k, start=start, sketch_columns=100)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

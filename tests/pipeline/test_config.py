@@ -78,6 +78,10 @@ def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
             "svd.final_pass: false needs svd.fuse_passes: true and svd.n_power_iter >= 1",
         ),
         ({"svd": {"sketch_width": -1}}, "svd.sketch_width: a number of ranks' worth"),
+        (
+            {"svd": {"blur_halves_start": "u"}},
+            "svd.blur_halves_start must be one of split, sketch, got 'u'",
+        ),
         ({"svd": {"sketch_width": "all"}}, "svd.sketch_width: a number of ranks' worth"),
         ({"svd": {"sketch_width": True}}, "svd.sketch_width: a number of ranks' worth"),
         (

@@ -397,11 +397,12 @@ def test_oversegment_merges_a_finer_fit_with_ward_on_the_mesh(tmp_path, study):
 
 def test_auto_feature_smoothing_is_chosen_per_split_from_its_halves(tmp_path, study):
     """feature_smoothing_mm: auto: each split's two halves of time points choose a blur
-    from the grid; the variant's labels are those of the same variant with that blur
-    given as a number, and the choice is in report.json and the sidecars."""
-    from lsd_dask.io import open_split
-    from lsd_dask.selection import GRID_MM, choose_feature_blur, half_columns
-    from lsd_dask.similarity import unit_rows
+    from the grid, each half's SVD started from the split's U with one power iteration
+    (``svd.blur_halves_start: split``), or from its own sketch (``sketch``, which redoes
+    the choice and nothing before it); the variant's labels are those of the same variant
+    with that blur given as a number, and the choice is in report.json and the
+    sidecars."""
+    from lsd_dask.selection import GRID_MM
 
     write_study(study, tmp_path, fmt="gifti")
     auto = {"name": "skm_auto", "method": "spherical_kmeans", "feature_smoothing_mm": "auto"}
@@ -414,17 +415,9 @@ def test_auto_feature_smoothing_is_chosen_per_split_from_its_halves(tmp_path, st
     for split in ("split1", "split2"):
         got = report["feature_blur"][split]
         assert got["fwhm_mm"] in GRID_MM and got["k"] == 6  # the run's smallest K
-        # the same choice from each half's own SVD, computed here from the stored data
-        st = open_split(work / f"{split}.zarr")
-        X = st.data.compute()
-        feats = []
-        for cols in half_columns(st.timepoints):
-            U, s, _ = randomized_svd(
-                X[:, cols], min(20, cols.size), random_state=0, final_pass=cfg.svd.final_pass
-            )
-            feats.append(unit_rows(U * s))
-        V = np.concatenate([m.vertices for m in study.meshes.values()])[kept]
-        ref = choose_feature_blur(*feats, V, A, 6, random_state=0)
+        # the same choice from each half's SVD, computed here from the stored data
+        U_split = np.load(work / f"{split}_U.npy")
+        ref = _blur_choice_from_halves(work, split, study, kept, A, U_split)
         assert ref.fwhm_mm == got["fwhm_mm"]
         # the blurs not tried (past the stop) are None there and NaN here
         np.testing.assert_allclose(ref.mean, np.array(got["mean_error"], float), atol=2e-3)
@@ -448,6 +441,40 @@ def test_auto_feature_smoothing_is_chosen_per_split_from_its_halves(tmp_path, st
         np.load(work / "labels" / "split1_skm_auto_K8.npy"),
         np.load(work / "labels" / "split1_skm_fixed_K8.npy"),
     )
+    # the halves from their own sketches: the choice again, the split's SVD reused
+    logs.clear()
+    svd = {"method": "randomized", "rank": 20, "blur_halves_start": "sketch"}
+    cfg3 = _config(tmp_path, ks=[8, 6], methods=[auto], svd=svd)
+    report = run_pipeline(cfg3, log=logs.append)
+    assert any("[svd] split1 done earlier" in line for line in logs), logs
+    changed = next(ln for ln in logs if "blur/split1: recomputing" in ln)
+    assert 'svd.blur_halves_start "split" -> "sketch"' in changed, changed
+    ref = _blur_choice_from_halves(work, "split1", study, kept, A, None)
+    got = report["feature_blur"]["split1"]
+    assert ref.fwhm_mm == got["fwhm_mm"]
+    np.testing.assert_allclose(ref.mean, np.array(got["mean_error"], float), atol=2e-3)
+
+
+def _blur_choice_from_halves(work, split, study, kept, A, start):
+    """The blur choice from each half's SVD computed here from the stored data: from
+    ``start`` (the split's U) with one power iteration, or from its own sketch (None)."""
+    from lsd_dask.io import open_split
+    from lsd_dask.selection import choose_feature_blur, half_columns
+    from lsd_dask.similarity import unit_rows
+
+    st = open_split(work / f"{split}.zarr")
+    X = st.data.compute()
+    feats = []
+    for cols in half_columns(st.timepoints):
+        rank = min(20, cols.size)
+        U, s, _ = randomized_svd(
+            X[:, cols], rank, random_state=0, final_pass=False,
+            n_power_iter=2 if start is None else 1,
+            start=None if start is None else start[:, :rank],
+        )  # fmt: skip
+        feats.append(unit_rows(U * s))
+    V = np.concatenate([m.vertices for m in study.meshes.values()])[kept]
+    return choose_feature_blur(*feats, V, A, 6, random_state=0)
 
 
 def test_features_u_clusters_the_rows_of_u(tmp_path, study):
