@@ -140,9 +140,9 @@ def randomized_svd(
         (``k <= l0 <= min(n, m)``; ``n_oversamples`` unused). For an X whose range is
         near a known one: the columns of a larger matrix that holds X (a split's U for a
         half of its time points), where one power iteration from that basis does what
-        the sketch and two do from Ω. Its columns are used as given: orthonormal ones (a
-        U) keep the first product well conditioned. Numpy or dask; not with
-        ``sketch_columns``.
+        the sketch and two do from Ω. With power iterations its columns are used as
+        given (orthonormal ones, a U, keep the first product well conditioned); without,
+        they are orthonormalised first. Numpy or dask; not with ``sketch_columns``.
     progress : callable, optional
         For a column-block source: receives one line per pass over X when the pass is done
         (``"pass 2 of 4 (power): 51.3 s"``), for batch logs.
@@ -425,8 +425,8 @@ def range_finder(
     if start is None:
         Q = (passes.basis if n_power_iter else passes.orthonormal)(passes.sketch())
         done(1, "sketch")
-    else:
-        Q = start
+    else:  # U is formed from Q without a power iteration: it must be orthonormal then
+        Q = start if n_power_iter else passes.orthonormal(start)
     for i in range(n_power_iter):
         if not final_pass and i == n_power_iter - 1:
             Y, Z = passes.power_and_transpose(Q)

@@ -647,7 +647,8 @@ def test_a_start_from_the_whole_replaces_the_sketch_for_a_part_of_it():
     columns) stands for the sketch. No sketch pass: one power iteration without the
     final pass reads X once. Its rank-k error is below the sketch's with two power
     iterations, which reads X three times (and within 2 % of the best rank-k); numpy,
-    dask and column-block inputs, and numpy or dask starts, agree."""
+    dask and column-block inputs, and numpy or dask starts, agree. Without a power
+    iteration, X is projected on the start's span, orthonormalised whatever its scale."""
     whole = _decaying(m=800)
     X = np.ascontiguousarray(whole[:, :400])
     k, l0 = 10, 12
@@ -672,6 +673,12 @@ def test_a_start_from_the_whole_replaces_the_sketch_for_a_part_of_it():
         np.testing.assert_allclose(np.asarray(Ux), U, atol=1e-8)
     sketched = randomized_svd(X, k, n_power_iter=2, n_oversamples=l0 - k, final_pass=False)
     assert 0 < excess(U, s, Vt) < min(0.02, excess(*sketched))
+    # no power iteration: X projected on the start's span, orthonormalised first
+    Up, sp_, Vtp = randomized_svd(X, k, n_power_iter=0, start=3 * start)
+    np.testing.assert_allclose(Up.T @ Up, np.eye(k), atol=1e-10)
+    Pu = start @ start.T
+    np.testing.assert_allclose(Pu @ Up, Up, atol=1e-10)  # within the start's span
+    np.testing.assert_allclose(sp_, np.linalg.svd(Pu @ X, compute_uv=False)[:k], rtol=1e-8)
     with pytest.raises(ValueError, match="start must be an"):
         randomized_svd(X, k, start=start[:-1])
     with pytest.raises(ValueError, match="start must be an"):
