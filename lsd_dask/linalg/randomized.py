@@ -455,12 +455,30 @@ def _row_basis_bt(
     ``row_basis``, and R then comes from Zᵀ Z (:func:`_gram_r`). R's rows may differ in
     sign from the QR's: that flips the signs of M's rows, and so of its left singular
     vectors, which are taken back through P only; its singular values and right vectors
-    stay."""
+    stay.
+
+    Where Z is ill-conditioned (R's reciprocal condition number below ``sqrt(ε)`` of Z's
+    dtype, the passes'), the directions of Z below ``sqrt(ε)`` times its largest singular
+    value are left out: C (from products in ``dtype``) holds them only to about
+    ``ε ‖X‖ ‖Z‖``, which ``R⁻¹`` would blow up past ‖X‖ itself. With ``R = W₁ S W₂ᵀ``,
+    ``P W₁`` is Z's left singular basis, and M's rows along the kept directions are
+    ``(C W₂ S⁻¹)ᵀ``, the others zero: singular values of X there come out 0. Z is that
+    ill-conditioned where X is rank-deficient, or has directions far below its largest
+    that the start of the power iteration holds (a split's U for one half of it).
+    """
+    tol = float(np.sqrt(np.finfo(np.asarray(Z).dtype).eps))
     Z = np.asarray(Z, np.float64)
     P, R = _economic_qr(Z, with_q=True) if row_basis else (None, _gram_r(Z))
-    # C R⁻¹ = Mᵀ with Rᵀ M = Cᵀ: a triangular solve, no inverse
-    M = sla.solve_triangular(R, np.asarray(C, np.float64).T, trans="T", check_finite=False)
-    return P, M
+    C = np.asarray(C, np.float64)
+    rcond, info = sla.lapack.dtrcon(R, norm="1", uplo="U")
+    if info == 0 and rcond >= tol:
+        # C R⁻¹ = Mᵀ with Rᵀ M = Cᵀ: a triangular solve, no inverse
+        return P, sla.solve_triangular(R, C.T, trans="T", check_finite=False)
+    W1, S, W2t = np.linalg.svd(R)
+    r = int(np.count_nonzero(S > tol * S[0]))
+    M = np.zeros_like(C)
+    M[:r] = (C @ W2t[:r].T / S[:r]).T
+    return (None if P is None else P @ W1), M
 
 
 def _gram_r(z: np.ndarray) -> np.ndarray:

@@ -159,6 +159,35 @@ def test_randomized_under_distributed_client(store):
     np.testing.assert_allclose(np.abs(U_t.compute()), np.abs(U), atol=1e-4)
 
 
+@pytest.mark.parametrize("start", [True, False])
+def test_without_the_final_pass_a_rank_deficient_x_gives_its_singular_values(start):
+    """``final_pass=False`` on an X of lower rank than l, in float32: its rank's singular
+    values as LAPACK's, the rest zero, none above ‖X‖. From a start that spans more
+    than X (the whole's U for a half of rank 12 where the whole has 40), the row basis
+    Xᵀ Q has directions down at float32's rounding; divided by them, the product's
+    rounding gave singular values up to 2.4 times ‖X‖ on brainspace's real run."""
+    rng = np.random.default_rng(1)
+    n, m, rank, k = 500, 120, 12, 30
+    half = (rng.standard_normal((n, rank)) * np.geomspace(100, 1, rank)) @ rng.standard_normal(
+        (rank, m)
+    )
+    other = rng.standard_normal((n, 40)) @ rng.standard_normal((40, m))
+    whole = np.hstack([half, other])
+    X = half.astype(np.float32)
+    s0 = np.linalg.svd(half, compute_uv=False)
+    kw = {"start": np.linalg.svd(whole, full_matrices=False)[0][:, :k]} if start else {}
+    U, s, Vt = randomized_svd(
+        X, k, n_power_iter=1 if start else 2, final_pass=False, random_state=0, **kw
+    )
+    np.testing.assert_allclose(s[:rank], s0[:rank], rtol=1e-4)
+    assert np.all(s[rank:] <= 1e-4 * s0[0])
+    np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-5)
+    Ur, sr, _ = randomized_svd(X, k, n_power_iter=1 if start else 2, final_pass=False,
+                               random_state=0, return_vt=False, **kw)  # fmt: skip
+    np.testing.assert_allclose(sr[:rank], s0[:rank], rtol=1e-4)
+    assert np.all(sr[rank:] <= 1e-4 * s0[0])
+
+
 def test_a_half_from_the_splits_u_on_distributed_workers(store):
     """A split store's time half, started from the split's U, on 2 worker processes: the
     same U and s as the numpy half from the same start."""
