@@ -32,7 +32,7 @@ from ..io.zarr_store import open_split
 from ..selection import EARLY_STOP, GRID_MM, choose_feature_blur
 from .placement import features_on_workers
 from .stages import RunContext, Unit
-from .svd import half_svd, svd_features, svd_rank
+from .svd import half_rank, half_svd, svd_features
 from .workdir import mesh_digest
 
 __all__ = ["BlurStage"]
@@ -108,9 +108,7 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
     remote = False
     for i, half in enumerate(st.column_blocks.halves(), 1):
         n, m = half.shape
-        rank = svd_rank(cfg.svd, n, m)
-        if start is not None:
-            rank = min(rank, start.shape[1])
+        rank = half_rank(cfg.svd, n, m, start)
         # large features stay on the workers, where the blurs are scored as tasks, as the
         # cluster stage's fits are: the client holds none of them
         remote = client is not None and features_on_workers(client, n * rank * 4)

@@ -23,7 +23,15 @@ from ..similarity import unit_rows
 from . import files
 from .stages import RunContext, Unit
 
-__all__ = ["HALVES_STARTS", "SvdSettings", "SvdStage", "group_svd", "half_svd", "svd_features"]
+__all__ = [
+    "HALVES_STARTS",
+    "SvdSettings",
+    "SvdStage",
+    "group_svd",
+    "half_rank",
+    "half_svd",
+    "svd_features",
+]
 
 #: how the blur choice's half SVDs begin (``svd.blur_halves_start``)
 HALVES_STARTS = ("split", "sketch")
@@ -281,6 +289,13 @@ def group_svd(
     return U, s
 
 
+def half_rank(settings: SvdSettings, n: int, m: int, start: np.ndarray | None) -> int:
+    """The rank :func:`half_svd` keeps for an n × m half: the run's, capped at the half's
+    width and at the columns of ``start`` (the split's U) where it is given."""
+    rank = svd_rank(settings, n, m)
+    return rank if start is None else min(rank, start.shape[1])
+
+
 def half_svd(
     half: Any,
     settings: SvdSettings,
@@ -294,7 +309,7 @@ def half_svd(
     gives that many of its columns."""
     if start is None:
         return group_svd(half, settings, random_state, progress=progress)
-    rank = min(svd_rank(settings, *half.shape), start.shape[1])
+    rank = half_rank(settings, *half.shape, start)
     U, s, _ = randomized_svd(
         half, rank, n_power_iter=1, final_pass=False, start=start[:, :rank],
         random_state=random_state, return_vt=False, progress=progress,
