@@ -288,6 +288,14 @@ def test_workers_paused_over_their_memory_end_the_work_in_one_line(in_thread):
     ):
         held = client.submit(_hold, 400 * 2**20)
         wait(held, timeout=60)  # kept on the worker, over half its limit
+        # the worker's memory monitor pauses it on its next tick: submitting before
+        # then would let the task run (the pause is what the test is about)
+        deadline = time.time() + 30
+        while time.time() < deadline and not all(
+            w.get("status") == "paused"
+            for w in client.scheduler_info(n_workers=-1)["workers"].values()
+        ):
+            time.sleep(0.1)
         raised: list[BaseException] = []
 
         def work() -> None:
