@@ -7,6 +7,8 @@ temporary folder:
 - as plain chunks of about 128 MB, one file each (the layout before sharding), read the way
   it was then: zarr's orthogonal selection of the kept rows.
 
+The sharded store is read two ways: by the pipeline's reader (on a local disk, straight
+from the shard files) and through zarr, inner chunk by inner chunk (the reader before).
 For each: the files, the seconds to write, to read every row, to read the kept rows (92 %
 of them, the full study's mask: 59,784 of 64,984), and to read the kept rows of the first
 half of the run (what each pass of the feature blur's half SVDs reads), best of
@@ -28,7 +30,7 @@ import zarr
 from zarr.codecs import Crc32cCodec
 from zarr.core.buffer import default_buffer_prototype
 
-from lsd_dask.io.zarr_store import build_split, open_split
+from lsd_dask.io.zarr_store import _read_by_chunk, build_split, open_split
 
 N = 64984
 
@@ -65,6 +67,17 @@ def main() -> None:
         new_half = _best(lambda: first.read_columns(0, first.shape[1], out_half), args.repeats)
         assert np.array_equal(out_half, x[kept][:, : first.shape[1]])
         files_new = _files(Path(tmp) / "sharded.zarr" / "subject" / "0")
+        # the same store through zarr, inner chunk by inner chunk
+        arr = blocks.arrays[0]
+        half = slice(0, first.shape[1])
+        zarr_all = _best(
+            lambda: _read_by_chunk(arr, None, slice(0, t), out_all, True), args.repeats
+        )
+        zarr_kept = _best(
+            lambda: _read_by_chunk(arr, kept, slice(0, t), out_kept, True), args.repeats
+        )
+        assert np.array_equal(out_kept, x[kept])
+        zarr_half = _best(lambda: _read_by_chunk(arr, kept, half, out_half, True), args.repeats)
         # plain ~128 MB chunks, one file each
         t0 = time.perf_counter()
         a = zarr.create_array(
@@ -104,6 +117,10 @@ def main() -> None:
     print(
         f"| sharded (now) | {files_new} | {write_new:.2f} | {new_all:.2f} "
         f"({gb / new_all:.2f} GB/s) | {new_kept:.2f} | {new_half:.2f} |"
+    )
+    print(
+        f"| sharded, through zarr | {files_new} | {write_new:.2f} | {zarr_all:.2f} "
+        f"({gb / zarr_all:.2f} GB/s) | {zarr_kept:.2f} | {zarr_half:.2f} |"
     )
     print(
         f"| plain 128 MB chunks | {files_old} | {write_old:.2f} | {old_all:.2f} "

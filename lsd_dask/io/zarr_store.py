@@ -14,9 +14,10 @@ by the subject's whole run, about 256 MB by default, so a full-scale subject (64
 vertices × 1,000 time points, 260 MB) is two shard files and its ``zarr.json``, and an
 HCP-length run (4,800 time points, 1.25 GB) is six files: few, large files, as a parallel
 file system wants. Inside a shard, inner chunks of at most 32 MB are what a reader decodes
-and checksums, one at a time (:meth:`ColumnBlocks.read_columns`): the kept rows of a
-full-scale subject read in about half the time they took from plain 128 MB chunks with
-zarr's row selection (``benchmarks/store_read.py``).
+and checksums, one at a time (:meth:`ColumnBlocks.read_columns`; on a local disk straight
+from the files, :mod:`lsd_dask.io.local_shards`): the kept rows of a full-scale subject
+read in under a quarter of the time they took from plain 128 MB chunks with zarr's row
+selection (``benchmarks/store_read.py``).
 
 Concurrent writes into one shard lose data silently (in zarr-python 3.1, each writer
 reads, patches and rewrites the whole shard). Here a shard is only ever written whole: a
@@ -53,6 +54,7 @@ import numpy as np
 import zarr
 
 from .atomic import atomic_path
+from .local_shards import local_layout, read_rows
 from .storage import Folder, is_local
 
 __all__ = [
@@ -516,18 +518,27 @@ def _inspect(p: str, storage_options: dict[str, Any] | None) -> tuple[str | None
     return None, expected
 
 
-def _read_by_chunk(a: Any, rows: np.ndarray | None, cols: slice, out: np.ndarray) -> None:
+def _read_by_chunk(
+    a: Any, rows: np.ndarray | None, cols: slice, out: np.ndarray, through_zarr: bool = False
+) -> None:
     """``a[rows, cols]`` (every row when ``rows`` is None) into ``out``, one stored (inner)
     chunk of rows at a time.
 
-    Every row: each chunk decodes straight into its rows of ``out``. The kept rows: each
-    chunk decodes into a small buffer and its kept rows are copied out. Both are faster
-    than zarr's reads of a whole sharded array (which hold the shard's bytes and its
-    decoded values at once) and than its orthogonal selection (5× slower on plain chunks,
-    40× on shards): see ``docs/benchmarks.md``.
+    A local store's uncompressed shards are read from their files directly
+    (:mod:`lsd_dask.io.local_shards`: 0.065 s for a full-scale subject's kept rows from the
+    page cache against 0.149 s through zarr), unless ``through_zarr``. Through zarr, every
+    row: each chunk decodes straight into its rows of ``out``; the kept rows: each chunk
+    decodes into a small buffer and its kept rows are copied out. Both are faster than
+    zarr's reads of a whole sharded array (which hold the shard's bytes and its decoded
+    values at once) and than its orthogonal selection (5× slower on plain chunks, 40× on
+    shards): see ``docs/benchmarks.md``.
     """
     from zarr.core.buffer import default_buffer_prototype
 
+    layout = None if through_zarr else local_layout(a)
+    if layout is not None:
+        read_rows(layout, rows, cols, out)
+        return
     nd = default_buffer_prototype().nd_buffer
     step = int(a.chunks[0])
     n = int(a.shape[0])

@@ -1,0 +1,171 @@
+"""Reading a subject's sharded Zarr v3 array straight from its files on a local disk.
+
+The split stores' arrays are sharded, uncompressed and checksummed: each inner chunk is
+its raw little-endian values followed by a CRC32C, and each shard file ends with its index
+of ``(offset, nbytes)`` pairs and the index's own CRC32C (the Zarr v3 sharding codec with
+``bytes`` and ``crc32c`` codecs, index at the end). For such an array on a local file
+system, :func:`read_rows` reads each inner chunk with one ``pread`` into a reused buffer,
+checks its checksum and copies the wanted rows and columns out. That is what zarr-python's
+read does too, less the copies its buffers make and its event-loop round trips: a
+full-scale subject's kept rows (59,784 of 64,984 × 1,000 float32, 260 MB in the page
+cache) read in 0.065 s against 0.149 s through ``get_basic_selection`` on the development
+machine (one thread), and the SVD's passes read every subject once each.
+
+Any other array (compressed, another codec chain or chunk key encoding, a store that is not
+a local folder) gets ``None`` from :func:`local_layout`, and its reader goes through zarr.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ShardLayout", "local_layout", "read_rows"]
+
+#: an inner chunk the shard does not hold (never written: it reads as the fill value)
+_EMPTY = np.uint64(2**64 - 1)
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """Where a 2-d array's values lie in its shard files.
+
+    Shards span every column and ``shard_rows`` rows; inner chunks span every column and
+    ``inner_rows`` rows; values are ``dtype`` (little-endian) in C order.
+    """
+
+    folder: str
+    shape: tuple[int, int]
+    shard_rows: int
+    inner_rows: int
+    dtype: np.dtype
+    fill_value: float
+
+    def shard_path(self, i: int) -> str:
+        """The file of shard ``i`` (the default chunk key encoding, ``/`` separated)."""
+        return os.path.join(self.folder, "c", str(i), "0")
+
+
+def local_layout(a: Any) -> ShardLayout | None:
+    """The layout of zarr array ``a`` where :func:`read_rows` can read it, else None.
+
+    It can where ``a`` is a 2-d Zarr v3 array in a local folder, sharded by rows only, its
+    inner chunks of whole rows with the ``bytes`` (little-endian) and ``crc32c`` codecs and
+    nothing else, its index the same at the shard's end.
+    """
+    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+    from zarr.storage import LocalStore
+
+    meta: Any = getattr(a, "metadata", None)
+    if getattr(meta, "zarr_format", None) != 3 or not isinstance(a.store, LocalStore):
+        return None
+    codecs = tuple(meta.codecs)
+    if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec) or len(a.shape) != 2:
+        return None
+    sharding = codecs[0]
+
+    def plain(chain: Any) -> bool:
+        chain = tuple(chain)
+        return (
+            len(chain) == 2
+            and isinstance(chain[0], BytesCodec)
+            and getattr(chain[0].endian, "value", chain[0].endian) in ("little", None)
+            and isinstance(chain[1], Crc32cCodec)
+        )
+
+    dtype = np.dtype(a.dtype)
+    n, t = (int(s) for s in a.shape)
+    shard, inner = tuple(meta.chunk_grid.chunk_shape), tuple(sharding.chunk_shape)
+    encoding = meta.chunk_key_encoding
+    if not (
+        plain(sharding.codecs)
+        and plain(sharding.index_codecs)
+        and getattr(sharding.index_location, "value", sharding.index_location) == "end"
+        and dtype.kind == "f"
+        and shard[1] == t
+        and inner[1] == t
+        and shard[0] % inner[0] == 0
+        and getattr(encoding, "name", None) == "default"
+        and getattr(encoding, "separator", None) == "/"
+    ):
+        return None
+    folder = os.path.join(str(a.store.root), *[p for p in a.path.split("/") if p])
+    return ShardLayout(
+        folder, (n, t), int(shard[0]), int(inner[0]), dtype.newbyteorder("<"),
+        float(meta.fill_value),
+    )  # fmt: skip
+
+
+def read_rows(
+    layout: ShardLayout, rows: np.ndarray | None, cols: slice, out: np.ndarray
+) -> np.ndarray:
+    """``a[rows, cols]`` (every row when ``rows`` is None; ``rows`` sorted) into ``out``.
+
+    Raises
+    ------
+    ValueError
+        Where an inner chunk or a shard's index fails its checksum, naming the file.
+    """
+    n, t = layout.shape
+    inner, itemsize = layout.inner_rows, layout.dtype.itemsize
+    per_shard = layout.shard_rows // inner
+    raw = bytearray(inner * t * itemsize + 4)  # an inner chunk's values and checksum
+    buf = np.frombuffer(raw, np.uint8)
+    values = buf[:-4].view(layout.dtype).reshape(inner, t)
+    # the positions in ``out`` of each inner chunk's wanted rows
+    edges = np.arange(0, n + inner, inner)
+    bounds = edges.clip(max=n) if rows is None else np.searchsorted(rows, edges)
+    for s in range(-(-n // layout.shard_rows)):
+        first = s * per_shard
+        chunks = range(first, min(first + per_shard, len(edges) - 1))
+        if all(bounds[c] == bounds[c + 1] for c in chunks):
+            continue
+        path = layout.shard_path(s)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # a shard never written reads as its fill value
+            for c in chunks:
+                out[bounds[c] : bounds[c + 1]] = layout.fill_value
+            continue
+        try:
+            index = _index(fd, per_shard, path)
+            for c in chunks:
+                lo, hi = int(bounds[c]), int(bounds[c + 1])
+                if lo == hi:
+                    continue
+                offset, nbytes = index[c - first]
+                if offset == _EMPTY:
+                    out[lo:hi] = layout.fill_value
+                    continue
+                got = os.preadv(fd, [raw], int(offset)) if int(nbytes) == buf.size else -1
+                if got != buf.size or not _checked(buf):
+                    raise ValueError(f"{path}: inner chunk {c} fails its checksum")
+                r0 = c * inner
+                block = values[:, cols]
+                if rows is None:
+                    out[lo:hi] = block[: hi - lo]
+                else:  # ``take`` writes into out's rows without a temporary
+                    np.take(block, rows[lo:hi] - r0, axis=0, out=out[lo:hi], mode="clip")
+        finally:
+            os.close(fd)
+    return out
+
+
+def _index(fd: int, chunks: int, path: str) -> np.ndarray:
+    """The shard's ``chunks`` × 2 index of (offset, nbytes), its checksum checked."""
+    size = chunks * 16 + 4
+    end = os.fstat(fd).st_size
+    raw = np.frombuffer(os.pread(fd, size, max(end - size, 0)), np.uint8)
+    if raw.size != size or not _checked(raw):
+        raise ValueError(f"{path}: the shard's index fails its checksum")
+    return raw[:-4].view("<u8").reshape(chunks, 2)
+
+
+def _checked(data: np.ndarray) -> bool:
+    """Whether ``data``'s last 4 bytes are the CRC32C (little-endian) of the rest."""
+    import google_crc32c
+
+    return bool(np.uint32(google_crc32c.value(data[:-4])).tobytes() == data[-4:].tobytes())

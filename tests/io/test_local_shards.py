@@ -1,0 +1,113 @@
+"""The direct reader of local shard files against zarr-python's own read of the same
+arrays, written by the store's writer and by zarr."""
+
+import numpy as np
+import pytest
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lsd_dask.io import build_split
+from lsd_dask.io.local_shards import local_layout, read_rows
+
+
+def _subject(folder, x, shard, inner, compressor=None):
+    """``x`` stored as the split writer stores a subject; the zarr array read back."""
+    n = x.shape[0]
+    with build_split(folder, n_rows=n, vertex_chunk=shard, inner_chunk=inner,
+                     compressor=compressor) as w:  # fmt: skip
+        w.write(0, "sub-0", x)
+        w.finish(["sub-0"], [x.shape[1]])
+    return zarr.open_group(str(folder), mode="r")["subject/0"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    t=st.integers(1, 9),
+    shard=st.integers(1, 40),
+    inner=st.integers(1, 12),
+    keep=st.floats(0.0, 1.0),
+    every_row=st.booleans(),
+    data=st.data(),
+)
+def test_reads_what_zarr_reads(tmp_path_factory, n, t, shard, inner, keep, every_row, data):
+    """Any shard and inner-chunk rows (partial last shards and chunks included), every row
+    or a sorted subset, any column range: the values zarr reads, bit for bit."""
+    rng = np.random.default_rng(n * 1000 + t * 10 + inner)
+    x = rng.standard_normal((n, t)).astype(np.float32)
+    a = _subject(tmp_path_factory.mktemp("s") / "s.zarr", x, shard, inner)
+    layout = local_layout(a)
+    assert layout is not None and layout.inner_rows == a.chunks[0] and layout.shape == (n, t)
+    rows = None if every_row else np.flatnonzero(rng.random(n) < keep)
+    c0 = data.draw(st.integers(0, t - 1))
+    c1 = data.draw(st.integers(c0 + 1, t))
+    want = a[:, c0:c1] if rows is None else a[:, c0:c1][rows]
+    out = np.full(want.shape, np.nan, np.float32)
+    assert read_rows(layout, rows, slice(c0, c1), out) is out
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(want, x[:, c0:c1] if rows is None else x[rows, c0:c1])
+
+
+def test_a_damaged_chunk_or_index_fails_its_checksum_naming_the_file(tmp_path):
+    x = np.arange(60 * 4, dtype=np.float32).reshape(60, 4)
+    a = _subject(tmp_path / "s.zarr", x, 30, 10)
+    layout = local_layout(a)
+    assert layout is not None
+    shard = tmp_path / "s.zarr" / "subject" / "0" / "c" / "1" / "0"
+    good = shard.read_bytes()
+    for where in (5, len(good) - 10):  # a value of the first inner chunk; the index
+        bad = bytearray(good)
+        bad[where] ^= 0x10
+        shard.write_bytes(bytes(bad))
+        with pytest.raises(ValueError, match=rf"^{shard}: .*fails its checksum$"):
+            read_rows(layout, None, slice(0, 4), np.empty((60, 4), np.float32))
+        with pytest.raises(ValueError, match="checksum"):  # zarr finds the same damage
+            a[:]
+    shard.write_bytes(good)
+    # rows of the undamaged shard alone never open the damaged one's chunks
+    shard.write_bytes(bytes(bytearray(good[:5]) + bytes([good[5] ^ 0x10]) + good[6:]))
+    out = np.empty((3, 4), np.float32)
+    np.testing.assert_array_equal(read_rows(layout, np.array([0, 7, 29]), slice(0, 4), out),
+                                  x[[0, 7, 29]])  # fmt: skip
+
+
+def test_chunks_and_shards_never_written_read_as_the_fill_value(tmp_path):
+    """zarr leaves out inner chunks (and whole shards) equal to the fill value unless told
+    to write them: they read as it, as zarr reads them."""
+    from zarr.codecs import Crc32cCodec
+
+    x = np.zeros((40, 3), np.float32)
+    x[:10] = 1.0  # shard 0: one written inner chunk, one left out; shard 1: no file
+    a = zarr.create_array(
+        str(tmp_path / "a.zarr"), shape=x.shape, chunks=(10, 3), shards=(20, 3),
+        dtype="float32", compressors=[Crc32cCodec()], fill_value=0.0,
+    )  # fmt: skip
+    a[:] = x
+    assert not (tmp_path / "a.zarr" / "c" / "1" / "0").exists()
+    layout = local_layout(a)
+    assert layout is not None
+    out = np.full((40, 3), np.nan, np.float32)
+    np.testing.assert_array_equal(read_rows(layout, None, slice(0, 3), out), a[:])
+    rows = np.array([3, 15, 25, 39])
+    out = np.full((4, 2), np.nan, np.float32)
+    np.testing.assert_array_equal(read_rows(layout, rows, slice(1, 3), out), a[:][rows, 1:])
+
+
+def test_arrays_it_cannot_read_go_through_zarr(tmp_path):
+    x = np.ones((20, 3), np.float32)
+    assert local_layout(_subject(tmp_path / "lz4.zarr", x, 10, 5, compressor="lz4")) is None
+    assert local_layout(_subject(tmp_path / "plain.zarr", x, 10, 5)) is not None
+    unsharded = zarr.create_array(str(tmp_path / "u.zarr"), shape=(20, 3), chunks=(5, 3),
+                                  dtype="float32")  # fmt: skip
+    assert local_layout(unsharded) is None
+    in_memory = zarr.create_array(
+        zarr.storage.MemoryStore(), shape=(20, 3), chunks=(5, 3), shards=(10, 3),
+        dtype="float32", compressors=[zarr.codecs.Crc32cCodec()],
+    )  # fmt: skip
+    assert local_layout(in_memory) is None
+    by_columns = zarr.create_array(
+        str(tmp_path / "c.zarr"), shape=(20, 4), chunks=(5, 2), shards=(10, 4),
+        dtype="float32", compressors=[zarr.codecs.Crc32cCodec()],
+    )  # fmt: skip
+    assert local_layout(by_columns) is None
