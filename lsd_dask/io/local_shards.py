@@ -54,13 +54,15 @@ def local_layout(a: Any) -> ShardLayout | None:
 
     It can where ``a`` is a 2-d Zarr v3 array in a local folder, sharded by rows only, its
     inner chunks of whole rows with the ``bytes`` (little-endian) and ``crc32c`` codecs and
-    nothing else, its index the same at the shard's end.
+    nothing else, its index the same at the shard's end, on a platform with ``preadv``.
     """
     from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
     from zarr.storage import LocalStore
 
     meta: Any = getattr(a, "metadata", None)
     if getattr(meta, "zarr_format", None) != 3 or not isinstance(a.store, LocalStore):
+        return None
+    if not hasattr(os, "preadv"):  # not on every platform (Windows): zarr reads there
         return None
     codecs = tuple(meta.codecs)
     if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec) or len(a.shape) != 2:

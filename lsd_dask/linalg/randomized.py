@@ -787,9 +787,7 @@ class _BlockPasses:
         parts = max(1, min(threads, n // max(l, 1)))
         self.row_chunks = tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
         self.l, self.omega, self.dtype, self.eager = l, omega, dtype, persist
-        # X's token made once: as an argument of every group task it was hashed again per
-        # task (0.03 s a task on the client for a 33-subject store, growing with subjects)
-        self.zd = delayed(z, pure=True, traverse=False)
+        self.z = z
 
     def sketch(self) -> Any:
         return self._row_sums(self._tasks("sketch", spans=self.sketch_spans))
@@ -832,8 +830,16 @@ class _BlockPasses:
             W = list(W.to_delayed().ravel())  # its row blocks, in order
         elif W is not None:
             W = delayed(W, pure=True)  # one key that every group task shares
+        # X as its own key in each task, never hashed (as an argument of every group task
+        # it was hashed again per task: 0.03 s a task on the client for a 33-subject
+        # store, growing with subjects), and not one key that all share: the scheduler
+        # ran every task that needed that key on the worker that held it, so the
+        # sketch's group tasks (which need nothing else) ran one after the other
         return [
-            delayed(_group_pass, pure=True)(self.zd, g, kind, W, self.omega, self.l, self.dtype)
+            delayed(_group_pass, pure=True)(
+                delayed(self.z, pure=False, traverse=False), g, kind, W, self.omega, self.l,
+                self.dtype,
+            )  # fmt: skip
             for g in (self.spans if spans is None else spans)
         ]
 

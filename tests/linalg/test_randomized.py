@@ -205,6 +205,32 @@ def test_a_half_from_the_splits_u_on_distributed_workers(store):
     np.testing.assert_allclose(U, ref, atol=1e-4)
 
 
+def test_each_pass_puts_its_group_tasks_on_every_worker(store):
+    """A column-block source on 2 worker processes: every pass, the sketch's too, runs one
+    group task on each worker. The tasks once shared the store's key, held by one worker,
+    and the scheduler ran the sketch's (which need nothing else) there one after the
+    other, the other worker idle: 2 s a split at full scale."""
+    from distributed import get_task_stream
+
+    p, _, (_, s0, _) = store
+    blocks = open_split(p).column_blocks
+    with _two_workers() as client:
+        client.wait_for_workers(2)
+        with get_task_stream(client) as ts:
+            _, s, _ = randomized_svd(blocks, 6, n_power_iter=2, random_state=0,
+                                     sketch_columns=100, return_vt=False)  # fmt: skip
+        ran = sorted(
+            (t["startstops"][-1]["start"], t["worker"])
+            for t in ts.data
+            if str(t["key"]).startswith("_group_pass-")
+        )
+    np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
+    # sketch, 2 power passes and the last transpose, one after the other: 2 group tasks each
+    assert len(ran) == 8
+    for i in range(0, 8, 2):
+        assert ran[i][1] != ran[i + 1][1], ran
+
+
 def test_bad_k(store):
     p, _, _ = store
     with pytest.raises(ValueError, match="k must be in"):
