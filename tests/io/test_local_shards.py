@@ -94,6 +94,25 @@ def test_chunks_and_shards_never_written_read_as_the_fill_value(tmp_path):
     np.testing.assert_array_equal(read_rows(layout, rows, slice(1, 3), out), a[:][rows, 1:])
 
 
+def test_shard_files_follow_the_arrays_chunk_key_encoding(tmp_path):
+    """The shards' files are where zarr's key encoding puts them (``1.0``, not ``c/1/0``)."""
+    from zarr.codecs import Crc32cCodec
+
+    x = np.arange(40 * 3, dtype=np.float32).reshape(40, 3)
+    a = zarr.create_array(
+        str(tmp_path / "v2keys.zarr"), shape=x.shape, chunks=(5, 3), shards=(20, 3),
+        dtype="float32", compressors=[Crc32cCodec()],
+        chunk_key_encoding={"name": "v2", "separator": "."},
+    )  # fmt: skip
+    a[:] = x
+    layout = local_layout(a)
+    assert layout is not None
+    assert [f.rsplit("/", 1)[-1] for f in layout.shard_files] == ["0.0", "1.0"]
+    rows = np.array([1, 19, 20, 39])
+    out = np.empty((4, 3), np.float32)
+    np.testing.assert_array_equal(read_rows(layout, rows, slice(0, 3), out), a[:][rows])
+
+
 def test_arrays_it_cannot_read_go_through_zarr(tmp_path):
     x = np.ones((20, 3), np.float32)
     assert local_layout(_subject(tmp_path / "lz4.zarr", x, 10, 5, compressor="lz4")) is None
