@@ -1077,20 +1077,50 @@ _SKETCH_ROWS = 256
 def _add_times(out: np.ndarray, x: np.ndarray, rows: Any) -> np.ndarray:
     """``out += x @ rows`` in place, for a dense (Gaussian) or CSR (sparse sign) Ω block.
 
-    The sparse product goes ``_SKETCH_ROWS`` rows of x at a time: scipy computes
-    ``x @ S`` as ``(Sᵀ @ xᵀ)ᵀ``, with a C-ordered copy of xᵀ and a new result, which for a
-    59,784 × 1,000 subject are two fresh 240 MB arrays whose page faults cost more than
-    the product (0.46–1.6 s a subject, then 0.09 s to add the F-ordered result) where
-    the blocks stay in the cache (0.20–0.23 s in all; the same sums, bit for bit).
+    The sparse product goes ``_SKETCH_ROWS`` rows of x at a time, each as ``Ωᵀ xᵢᵀ`` by
+    scipy's own CSR kernel into two buffers made once per call (xᵢᵀ copied in C order,
+    and the product). scipy's ``x @ S`` makes both afresh: for a whole 59,784 × 1,000
+    subject two 240 MB arrays whose page faults cost more than the product; piece by
+    piece 1 MB arrays, which a Dask worker's allocator (``MALLOC_TRIM_THRESHOLD_`` set
+    by the nanny, so every array above 128 kB is a fresh ``mmap``) also maps and faults
+    in anew each time: 0.50 s a subject there against 0.24 s with the buffers (one
+    thread; the same sums, bit for bit).
     """
     if not sp.issparse(rows):
         out += x @ rows
         return out
     rows_t = sp.csr_matrix(rows.T)
-    for i in range(0, x.shape[0], _SKETCH_ROWS):
-        block = out[i : i + _SKETCH_ROWS]
-        block += (rows_t @ x[i : i + _SKETCH_ROWS].T).T
+    kernel = _csr_matvecs()
+    if kernel is None or x.dtype != out.dtype or rows_t.dtype != out.dtype:
+        for i in range(0, x.shape[0], _SKETCH_ROWS):  # scipy's own path: fresh arrays
+            block = out[i : i + _SKETCH_ROWS]
+            block += (rows_t @ x[i : i + _SKETCH_ROWS].T).T
+        return out
+    l, width = rows_t.shape
+    piece = min(_SKETCH_ROWS, x.shape[0])
+    xt = np.empty((width, piece), x.dtype)
+    prod = np.empty((l, piece), out.dtype)
+    for i in range(0, x.shape[0], piece):
+        r = min(piece, x.shape[0] - i)
+        if r < piece:  # the last piece: C-ordered arrays of its own width
+            xt, prod = np.empty((width, r), x.dtype), np.empty((l, r), out.dtype)
+        np.copyto(xt, x[i : i + r].T)
+        prod[...] = 0
+        # prod += Ωᵀ xt, the kernel's vectors being the rows of the raveled (view) arrays
+        kernel(l, width, r, rows_t.indptr, rows_t.indices, rows_t.data, xt.ravel(), prod.ravel())
+        out[i : i + r] += prod.T
     return out
+
+
+def _csr_matvecs() -> Any:
+    """scipy's CSR × dense-block kernel (``Y += A X``, all C-ordered, Y written in place),
+    or None where this scipy has none under that name: :func:`_add_times` then takes
+    scipy's public product."""
+    try:
+        from scipy.sparse import _sparsetools
+    except ImportError:
+        return None
+    return getattr(_sparsetools, "csr_matvecs", None)
 
 
 def _power_block(x_rows: list[Any], q_rows: list[Any]) -> np.ndarray:

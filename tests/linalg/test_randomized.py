@@ -483,7 +483,9 @@ def test_the_sparse_sign_test_matrix_does_not_depend_on_how_it_is_cut(start, wid
 )
 def test_a_sketch_product_adds_x_times_omega_in_place(n, width, l, kind, seed):
     """``_add_times`` adds x Ω (Ω's block dense or CSR) into ``out`` itself, as numpy's
-    dense product does, for row counts across its 256-row pieces; ``out`` may be a view."""
+    dense product does, for row counts across its 256-row pieces; ``out`` may be a view.
+    The sparse product through scipy's kernel and buffers gives scipy's own ``x @ Ω``
+    bit for bit."""
     from lsd_dask.linalg.randomized import _add_times, _TestMatrix
 
     rng = np.random.default_rng(seed)
@@ -491,10 +493,30 @@ def test_a_sketch_product_adds_x_times_omega_in_place(n, width, l, kind, seed):
     rows = _TestMatrix(seed, kind).rows(3, 3 + width, l, np.float32)
     dense = rows.toarray() if kind == "sparse" else rows
     base = rng.standard_normal((2, n, l)).astype(np.float32)
+    start = base[1].copy()
     expect = base[1] + x.astype(np.float64) @ dense
     got = _add_times(base[1], x, rows)
     assert got is base[1] or np.shares_memory(got, base)
     np.testing.assert_allclose(base[1], expect, rtol=1e-5, atol=1e-4)
+    if kind == "sparse":
+        start += np.asarray(x @ rows)  # scipy's public product, added the same way
+        np.testing.assert_array_equal(base[1], start)
+
+
+def test_a_sketch_product_without_scipys_kernel_takes_its_public_product(monkeypatch):
+    """Where scipy has no ``csr_matvecs`` (a private name), or x is not in out's dtype,
+    the sparse product is scipy's public one: the same sums."""
+    import lsd_dask.linalg.randomized as R
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((600, 40)).astype(np.float32)
+    rows = R._TestMatrix(5).rows(0, 40, 20, np.float32)
+    with_kernel = R._add_times(np.zeros((600, 20), np.float32), x, rows)
+    as_float64 = R._add_times(np.zeros((600, 20), np.float32), x.astype(np.float64), rows)
+    monkeypatch.setattr(R, "_csr_matvecs", lambda: None)
+    without = R._add_times(np.zeros((600, 20), np.float32), x, rows)
+    np.testing.assert_array_equal(without, with_kernel)
+    np.testing.assert_allclose(as_float64, with_kernel, rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=60, deadline=None)
