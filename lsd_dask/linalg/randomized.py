@@ -1081,10 +1081,12 @@ def _add_times(out: np.ndarray, x: np.ndarray, rows: Any) -> np.ndarray:
     scipy's own CSR kernel into two buffers made once per call (xᵢᵀ copied in C order,
     and the product). scipy's ``x @ S`` makes both afresh: for a whole 59,784 × 1,000
     subject two 240 MB arrays whose page faults cost more than the product; piece by
-    piece 1 MB arrays, which a Dask worker's allocator (``MALLOC_TRIM_THRESHOLD_`` set
-    by the nanny, so every array above 128 kB is a fresh ``mmap``) also maps and faults
-    in anew each time: 0.50 s a subject there against 0.24 s with the buffers (one
-    thread; the same sums, bit for bit).
+    piece 1 MB arrays, which a worker left at distributed's allocator settings (its
+    nanny's ``MALLOC_TRIM_THRESHOLD_``, so that every array above 128 kB is a fresh
+    ``mmap``: a cluster that :func:`lsd_dask.distributed.connect` did not set up) maps
+    and faults in anew each time: 0.50 s a subject there against 0.24 s with the
+    buffers, and 0.24 s either way in a process with glibc's defaults (one thread; the
+    same sums, bit for bit).
     """
     if not sp.issparse(rows):
         out += x @ rows

@@ -14,6 +14,7 @@ from lsd_dask.io.surface_files import (
     load_mesh,
     load_subject,
     release_cache,
+    vertex_counts,
     write_dlabel,
     write_dtseries,
     write_func_gifti,
@@ -54,6 +55,80 @@ def test_cifti_with_medial_wall_missing(tmp_path, data):
     y, _ = load_subject(SubjectFiles.from_keys("m", cifti=tmp_path / "m.dtseries.nii"))
     assert np.all(y[:5] == 0)
     np.testing.assert_array_equal(y[5:], x[5:])
+
+
+def _nibabel_cortex(path):
+    """The reference: nibabel's own data and brain-model axis, vertices × T."""
+    img = nib.load(str(path))
+    data = img.get_fdata()
+    bm = img.header.get_axis(1)
+    sizes = [int(bm.nvertices[n]) for n in bm.nvertices]
+    out, offset = np.zeros((sum(sizes), data.shape[0])), 0
+    for (_, slc, model), n in zip(bm.iter_structures(), sizes, strict=True):
+        out[offset + model.vertex] = data[:, slc].T
+        offset += n
+    return out, sizes
+
+
+def _save_dtseries(path, x, sizes, left, dtype=np.float32, t_r=1.0):
+    """A dtseries of ``x`` (vertices × T) with the left vertices ``left`` only, stored as
+    ``dtype`` (integers: nibabel scales them)."""
+    bm = cifti2.BrainModelAxis.from_surface(left, sizes[0], name="CortexLeft")
+    bm = bm + cifti2.BrainModelAxis.from_surface(np.arange(sizes[1]), sizes[1], name="CortexRight")
+    cols = np.concatenate([x[: sizes[0]][left], x[sizes[0] :]]).T
+    img = cifti2.Cifti2Image(cols, header=(cifti2.SeriesAxis(0, t_r, x.shape[1]), bm))
+    img.set_data_dtype(dtype)
+    nib.save(img, str(path))
+    return path
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
+def test_dtseries_with_a_header_read_before_read_as_nibabel_reads_them(tmp_path, data, dtype):
+    """Subjects whose header has the bytes of one read before are read from its known
+    layout (no XML parse): the same values as nibabel's own read, scaled integers
+    included; a header with other bytes (other vertices) is parsed again."""
+    from lsd_dask.io import surface_files
+
+    surface_files._CIFTI_LAYOUTS = surface_files._Layouts()
+    sizes, x = data
+    rng = np.random.default_rng(1)
+    every = np.arange(sizes[0])
+    # the same values in another order: integers scaled alike, so the same header bytes
+    shuffled = x[rng.permutation(x.shape[0])]
+    paths = [
+        _save_dtseries(tmp_path / f"{i}.dtseries.nii", v, sizes, every, dtype)
+        for i, v in enumerate([x, shuffled])
+    ]
+    fewer = np.sort(rng.choice(sizes[0], sizes[0] - 4, replace=False))
+    paths.append(_save_dtseries(tmp_path / "2.dtseries.nii", x, sizes, fewer, dtype))
+    seen = []
+    for p in paths:
+        seen.append(surface_files._known_layout(p).layout is not None)
+        got, got_sizes = load_subject(SubjectFiles.from_keys(p.stem, cifti=p))
+        ref, ref_sizes = _nibabel_cortex(p)
+        assert got.dtype == np.float32 and got_sizes == ref_sizes == sizes
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
+        if dtype != np.int16:
+            np.testing.assert_array_equal(got, ref.astype(np.float32))
+    assert seen == [False, True, False]  # the second subject's header was known
+
+
+def test_a_truncated_dtseries_with_a_known_header_says_so(tmp_path, data):
+    """A file cut short whose header was parsed before: one line naming it, from the
+    header check and from the read."""
+    from lsd_dask.io import surface_files
+
+    sizes, x = data
+    good = _save_dtseries(tmp_path / "a.dtseries.nii", x, sizes, np.arange(sizes[0]))
+    load_subject(SubjectFiles.from_keys("a", cifti=good))  # its layout is known now
+    cut = tmp_path / "b.dtseries.nii"
+    cut.write_bytes(good.read_bytes()[:-40])
+    assert surface_files._known_layout(cut).layout is not None
+    files = SubjectFiles.from_keys("b", cifti=cut)
+    with pytest.raises(ValueError, match=r"b\.dtseries\.nii is truncated"):
+        vertex_counts(files)
+    with pytest.raises(ValueError, match=r"b\.dtseries\.nii is truncated"):
+        load_subject(files)
 
 
 def test_gifti_and_mgh_hemispheres(tmp_path, data):
