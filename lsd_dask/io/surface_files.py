@@ -586,10 +586,12 @@ def _cifti_data(path: Path, head: Any, offset: int) -> Any:
     """The (T, grayordinates) data of a dtseries whose header is known, as nibabel reads
     it: mapped from the file in the header's dtype (NIfTI's column-major order), scaled
     by its slope and intercept where they are set."""
-    shape = tuple(int(d) for d in head.get_data_shape())
-    t, g = shape[-2], shape[-1]
-    dtype = head.get_data_dtype()
-    _check_size(path, offset + t * g * dtype.itemsize)
+    shape, dtype = head.get_data_shape(), head.get_data_dtype()
+    try:
+        _check_size(path, offset, shape, dtype)
+    except ValueError as err:  # as nibabel's read of a cut file fails (load_subject names it)
+        raise EOFError(str(err)) from None
+    t, g = int(shape[-2]), int(shape[-1])
     data: Any = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(t, g), order="F")
     slope, inter = head.get_slope_inter()
     if slope is not None and (slope, inter) != (1.0, 0.0):
@@ -644,8 +646,8 @@ def _cifti_counts(files: SubjectFiles) -> list[int]:
     (path,) = files.paths
     known = _known_layout(path)
     if known.layout is not None:
-        shape = known.head.get_data_shape()
-        _check_size(path, known.offset + int(np.prod(shape)) * known.head.get_data_dtype().itemsize)
+        head = known.head
+        _check_size(path, known.offset, head.get_data_shape(), head.get_data_dtype())
         return list(known.layout.sizes)
     img = _cifti_image(path)
     _check_payload(img, path)
@@ -736,10 +738,12 @@ def _check_payload(img: Any, path: Any) -> None:
     offset = getattr(proxy, "offset", None)
     if offset is None or str(path).lower().endswith((".gz", ".mgz")):
         return
-    _check_size(path, int(offset) + int(np.prod(proxy.shape)) * np.dtype(proxy.dtype).itemsize)
+    _check_size(path, int(offset), proxy.shape, proxy.dtype)
 
 
-def _check_size(path: Any, need: int) -> None:
+def _check_size(path: Any, offset: int, shape: Any, dtype: Any) -> None:
+    """An uncompressed file must hold ``shape`` values of ``dtype`` from ``offset`` on."""
+    need = offset + int(np.prod(shape)) * np.dtype(dtype).itemsize
     have = os.path.getsize(path)
     if have < need:
         raise ValueError(

@@ -449,3 +449,17 @@ def test_a_file_damaged_past_its_header_names_subject_and_file(templates, tmp_pa
     path.write_bytes(data[: int(len(data) * 0.6)])
     with pytest.raises(ValueError, match=r"subject sub-002: cannot read .*sub-002\.dtseries"):
         load_subject(SubjectFiles.from_keys("sub-002", cifti=path))
+
+
+def test_a_file_damaged_past_a_header_read_before_names_subject_and_file(templates, tmp_path):
+    """The same one line where a subject with the same header was read before in this
+    process (its layout known, the header not parsed again)."""
+    from lsd_dask.io.surface_files import SubjectFiles, load_subject
+
+    good = templates["cifti"] / "sub-002.dtseries.nii"
+    load_subject(SubjectFiles.from_keys("sub-001", cifti=good))
+    path = tmp_path / "sub-002.dtseries.nii"
+    data = good.read_bytes()
+    path.write_bytes(data[: int(len(data) * 0.6)])
+    with pytest.raises(ValueError, match=r"subject sub-002: cannot read .*sub-002\.dtseries"):
+        load_subject(SubjectFiles.from_keys("sub-002", cifti=path))
