@@ -1085,8 +1085,9 @@ def _add_times(out: np.ndarray, x: np.ndarray, rows: Any) -> np.ndarray:
     nanny's ``MALLOC_TRIM_THRESHOLD_``, so that every array above 128 kB is a fresh
     ``mmap``: a cluster that :func:`lsd_dask.distributed.connect` did not set up) maps
     and faults in anew each time: 0.50 s a subject there against 0.24 s with the
-    buffers, and 0.24 s either way in a process with glibc's defaults (one thread; the
-    same sums, bit for bit).
+    buffers; 0.30–0.35 s against 0.25–0.27 s at the 64 MiB thresholds the pipeline's
+    workers get (:class:`lsd_dask.distributed.WorkerAllocator`); 0.24 s either way with
+    glibc's defaults (one thread; the same sums, bit for bit).
     """
     if not sp.issparse(rows):
         out += x @ rows
