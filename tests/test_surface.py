@@ -143,6 +143,40 @@ def test_grow_sized_regions_draws_as_the_step_by_step_growth(seed, n_regions):
     np.testing.assert_array_equal(got, _grow_reference(A, sizes, seed, mask))
 
 
+@given(
+    seed=st.integers(0, 2**32),
+    skip=st.integers(0, 3),
+    highs=st.lists(
+        st.one_of(st.integers(1, 8), st.integers(1, 2**32 - 1), st.just(3 * 2**30 + 7)),
+        max_size=60,
+    ),
+    chunk=st.sampled_from([1, 2, 5, 1 << 16]),
+)
+@settings(max_examples=60, deadline=None)
+def test_bounded_draws_are_numpys_integers(seed, skip, highs, chunk):
+    """The growth's draws are ``Generator.integers(high)``'s values, and leave the generator
+    in the state numpy's own calls leave it (its next draws agree), from any start (half
+    of a 64-bit output buffered or not) and across the bulk reads' boundaries. Highs near
+    2³² make Lemire's rejection step run."""
+    ours, ref = np.random.default_rng(seed), np.random.default_rng(seed)
+    for g in (ours, ref):
+        g.integers(2**20, size=skip)  # 32-bit draws: odd counts leave a half buffered
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(S._BoundedDraws, "_CHUNK", chunk)
+        draws = S._BoundedDraws.of(ours)
+        assert draws is not None
+        got = [draws(h) for h in highs]
+        draws.close()
+    assert got == [int(ref.integers(h)) for h in highs]
+    assert ours.bit_generator.state == ref.bit_generator.state
+    np.testing.assert_array_equal(ours.integers(2**40, size=5), ref.integers(2**40, size=5))
+
+
+def test_bounded_draws_only_for_pcg64():
+    """Another bit generator keeps numpy's own draws (its stream is not PCG64's)."""
+    assert S._BoundedDraws.of(np.random.Generator(np.random.MT19937(0))) is None
+
+
 @given(seed=st.integers(0, 2**16), n_regions=st.integers(1, 30))
 @settings(max_examples=25, deadline=None)
 def test_grow_sized_regions_the_null_model(seed, n_regions):
