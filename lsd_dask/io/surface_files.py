@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import nibabel as nib
 import numpy as np
@@ -53,6 +53,8 @@ __all__ = [
 
 HEMISPHERES = ("left", "right")
 _CIFTI_NAMES = {"left": "CIFTI_STRUCTURE_CORTEX_LEFT", "right": "CIFTI_STRUCTURE_CORTEX_RIGHT"}
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 #: set to "allow" to read GIFTI files whose data sit in external files
@@ -338,18 +340,12 @@ def write_dlabel(
         vertex.
     """
     lab = np.asarray(labels, np.int32)
-    bm = None
-    start = 0
-    cols = []
-    for hemi, n in zip(HEMISPHERES, hemi_sizes, strict=False):
-        idx = np.arange(n) if vertices is None else np.asarray(vertices[hemi], np.int64)
-        part = cifti2.BrainModelAxis.from_surface(idx, n, name=_CIFTI_NAMES[hemi])
-        bm = part if bm is None else bm + part
-        cols.append(lab[start + idx])
-        start += n
+    columns, models = _surface_models(hemi_sizes, vertices)
     table = label_table(int(lab.max(initial=0)), colours=colours)
-    lax = cifti2.LabelAxis([name], [table])
-    img = cifti2.Cifti2Image(np.concatenate(cols)[None, :], header=(lax, bm))
+    matrix = _SizedMatrix((1, columns.size))
+    matrix.append(cifti2.LabelAxis([name], [table]).to_mapping(0))
+    matrix.append(models)
+    img = cifti2.Cifti2Image(lab[columns][None, :], header=cifti2.Cifti2Header(matrix))
     return _atomic_save(img, Path(path))
 
 
@@ -440,6 +436,47 @@ def write_dtseries(
     return _atomic_save(img, Path(path))
 
 
+def _surface_models(
+    hemi_sizes: list[int], vertices: dict[str, np.ndarray] | None
+) -> tuple[np.ndarray, Any]:
+    """The surface's columns (indices into a both-hemisphere vertex array) and the brain
+    models' index map (dimension 1) of a dense file over ``vertices``, made once per
+    process for each layout: nibabel builds it through a vertex-by-vertex axis (0.3 s at
+    64,984 vertices), which a run's 20-odd label files share."""
+    parts = [
+        np.arange(n) if vertices is None else np.asarray(vertices[h], np.int64)
+        for h, n in zip(HEMISPHERES, hemi_sizes, strict=False)
+    ]
+    digests = [hashlib.blake2b(p.tobytes(), digest_size=16).digest() for p in parts]
+    key = (tuple(hemi_sizes), *digests)
+    hit = _MODELS.get(key)
+    if hit is not None:
+        return hit
+    bm = None
+    for hemi, n, idx in zip(HEMISPHERES, hemi_sizes, parts, strict=False):
+        part = cifti2.BrainModelAxis.from_surface(idx, n, name=_CIFTI_NAMES[hemi])
+        bm = part if bm is None else bm + part
+    offsets = np.cumsum([0, *hemi_sizes[:-1]])
+    columns = np.concatenate([o + p for o, p in zip(offsets, parts, strict=False)])
+    assert bm is not None  # two hemispheres
+    made = (columns, bm.to_mapping(1))
+    _MODELS.put(key, made)
+    return made
+
+
+class _SizedMatrix(cifti2.Cifti2Matrix):  # type: ignore[misc,name-defined]
+    """A CIFTI matrix that knows its data shape: nibabel otherwise rebuilds every index
+    map's axis to find it, the brain models' vertex by vertex, once when the image is made
+    and once when it is saved."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self._shape = tuple(shape)
+
+    def get_data_shape(self) -> tuple[int, ...]:
+        return self._shape
+
+
 def _subcortical_axis(n_voxels: int) -> Any:
     """Voxels split between the left and right thalamus on a 2 mm grid."""
     side = int(np.ceil((n_voxels / 2) ** (1 / 3))) + 1
@@ -500,32 +537,35 @@ class _CiftiLayout:
     sizes: tuple[int, ...]
 
 
-class _Layouts:
-    """The last few CIFTI layouts this process parsed, by header digest (thread-safe)."""
+class _Recent(Generic[_K, _V]):
+    """The last few things this process made, by key (thread-safe); an empty key (a file
+    read without its header's digest) is not kept."""
 
     def __init__(self, size: int = 8) -> None:
         self._size = size
-        self._items: OrderedDict[bytes, _CiftiLayout] = OrderedDict()
+        self._items: OrderedDict[_K, _V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: bytes) -> _CiftiLayout | None:
+    def get(self, key: _K) -> _V | None:
         with self._lock:
-            layout = self._items.get(key)
-            if layout is not None:
+            value = self._items.get(key)
+            if value is not None:
                 self._items.move_to_end(key)
-            return layout
+            return value
 
-    def put(self, key: bytes, layout: _CiftiLayout) -> None:
-        if not key:  # a file read without its header's digest
+    def put(self, key: _K, value: _V) -> None:
+        if not key:
             return
         with self._lock:
-            self._items[key] = layout
+            self._items[key] = value
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
 
-#: this process's parsed CIFTI layouts (:func:`_load_cifti`)
-_CIFTI_LAYOUTS = _Layouts()
+#: this process's parsed CIFTI layouts (:func:`_load_cifti`), by header digest
+_CIFTI_LAYOUTS: _Recent[bytes, _CiftiLayout] = _Recent()
+#: the brain models of the dense files this process wrote (:func:`_surface_models`)
+_MODELS: _Recent[tuple[Any, ...], tuple[np.ndarray, Any]] = _Recent()
 #: the most header bytes (NIfTI-2 header and extensions) read to look a layout up: a
 #: 64,984-vertex dtseries has 0.37 MB
 _MAX_HEADER_BYTES = 64 * 2**20

@@ -83,13 +83,15 @@ def _save_dtseries(path, x, sizes, left, dtype=np.float32, t_r=1.0):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
-def test_dtseries_with_a_header_read_before_read_as_nibabel_reads_them(tmp_path, data, dtype):
+def test_dtseries_with_a_header_read_before_read_as_nibabel_reads_them(
+    tmp_path, data, dtype, monkeypatch
+):
     """Subjects whose header has the bytes of one read before are read from its known
     layout (no XML parse): the same values as nibabel's own read, scaled integers
     included; a header with other bytes (other vertices) is parsed again."""
     from lsd_dask.io import surface_files
 
-    surface_files._CIFTI_LAYOUTS = surface_files._Layouts()
+    monkeypatch.setattr(surface_files, "_CIFTI_LAYOUTS", surface_files._Recent())
     sizes, x = data
     rng = np.random.default_rng(1)
     every = np.arange(sizes[0])
@@ -168,6 +170,56 @@ def test_label_files_open_in_nibabel(tmp_path, data):
     np.testing.assert_array_equal(g.darrays[0].data, lab[: sizes[0]])
     assert g.darrays[0].intent == nib.nifti1.intent_codes["NIFTI_INTENT_LABEL"]
     assert g.labeltable.get_labels_as_dict()[0] == "Background"
+
+
+def _dlabel_through_axes(path, labels, sizes, name, colours, vertices):
+    """A dense label file as nibabel makes it from its axes: the reference."""
+    from lsd_dask.io.surface_files import label_table
+
+    lab = np.asarray(labels, np.int32)
+    bm, cols, start = None, [], 0
+    for hemi, n, structure in zip(
+        ("left", "right"), sizes, ("CORTEX_LEFT", "CORTEX_RIGHT"), strict=True
+    ):
+        idx = np.arange(n) if vertices is None else np.asarray(vertices[hemi])
+        part = cifti2.BrainModelAxis.from_surface(idx, n, name=f"CIFTI_STRUCTURE_{structure}")
+        bm = part if bm is None else bm + part
+        cols.append(lab[start + idx])
+        start += n
+    lax = cifti2.LabelAxis([name], [label_table(int(lab.max()), colours=colours)])
+    nib.save(cifti2.Cifti2Image(np.concatenate(cols)[None, :], header=(lax, bm)), str(path))
+    return path
+
+
+@pytest.mark.parametrize("subset", [False, True])
+def test_dlabel_is_the_file_nibabel_makes_from_its_axes(tmp_path, data, subset):
+    """The label files share one brain-model map per layout (built once, not per file):
+    each is byte for byte the file nibabel writes from a label axis and a brain-model
+    axis, for every vertex and for an input's own grayordinates (a medial wall left
+    out), the second file of a layout as the first."""
+    sizes, _ = data
+    rng = np.random.default_rng(3)
+    vertices = (
+        {
+            h: np.sort(rng.choice(n, n - 5, replace=False))
+            for h, n in zip(("left", "right"), sizes, strict=True)
+        }
+        if subset
+        else None
+    )
+    for i in range(2):
+        lab = rng.integers(0, 7 + i, sum(sizes))
+        colours = rng.random((lab.max() + 1, 3))
+        got = write_dlabel(
+            tmp_path / f"{i}.dlabel.nii", lab, sizes, name=f"m{i}", colours=colours,
+            vertices=vertices,
+        )  # fmt: skip
+        ref = _dlabel_through_axes(
+            tmp_path / f"r{i}.dlabel.nii", lab, sizes, f"m{i}", colours, vertices
+        )
+        assert got.read_bytes() == ref.read_bytes()
+        back = nib.load(str(got))
+        assert back.header.get_axis(1).size == (sum(sizes) - 10 if subset else sum(sizes))
 
 
 def test_surface_roundtrip(tmp_path, tiny_meshes):
