@@ -1,4 +1,5 @@
-"""Reading a subject's sharded Zarr v3 array straight from its files on a local disk.
+"""Reading and writing a subject's sharded Zarr v3 array straight from and to its files on
+a local disk.
 
 The split stores' arrays are sharded, uncompressed and checksummed: each inner chunk is
 its raw little-endian values followed by a CRC32C, and each shard file ends with its index
@@ -11,8 +12,10 @@ full-scale subject's kept rows (59,784 of 64,984 × 1,000 float32, 260 MB in the
 cache) read in 0.065 s against 0.149 s through ``get_basic_selection`` on the development
 machine (one thread), and the SVD's passes read every subject once each.
 
-Any other array (compressed, another codec chain, a store that is not a local folder) gets
-``None`` from :func:`local_layout`, and its reader goes through zarr.
+:func:`write_rows` writes such an array's shard files as zarr-python writes them, byte for
+byte (tested), from the subject's own rows. Any other array (compressed, another codec
+chain, a store that is not a local folder) gets ``None`` from :func:`local_layout`, and
+its reader and writer go through zarr.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ShardLayout", "local_layout", "read_rows"]
+__all__ = ["ShardLayout", "local_layout", "read_rows", "write_rows"]
 
 #: an inner chunk the shard does not hold (never written: it reads as the fill value)
 _EMPTY = np.uint64(2**64 - 1)
@@ -152,6 +155,69 @@ def read_rows(
         finally:
             os.close(fd)
     return out
+
+
+def write_rows(layout: ShardLayout, x: np.ndarray) -> None:
+    """Write the whole array ``x`` (``layout.shape``) into its shard files, as zarr-python
+    writes it: each inner chunk's values (the array's last chunk padded with the fill
+    value) and their CRC32C, then the shard's index of (offset, nbytes) and its CRC32C.
+
+    One ``writev`` per shard from ``x``'s own rows, where zarr's write copies each chunk
+    into its buffers and the shard into another: a full-scale subject (64,984 × 1,000
+    float32, 260 MB) in 0.11–0.12 s against 0.38–0.67 s into the page cache (the AVX-512
+    machine, one thread, three runs each).
+    Every shard is written whole by this call only, so concurrent tasks writing other
+    subjects never share a shard. Inner chunks wholly past the array's last row are not
+    stored (their index entries say so), as zarr leaves them.
+    """
+    import google_crc32c
+
+    n, t = layout.shape
+    x = np.ascontiguousarray(x, layout.dtype)
+    if x.shape != (n, t):
+        raise ValueError(f"{x.shape} values for an array of {(n, t)}")
+    inner, itemsize = layout.inner_rows, layout.dtype.itemsize
+    per_shard = layout.shard_rows // inner
+    nbytes = inner * t * itemsize + 4
+    flat = x.reshape(-1).view(np.uint8)
+    for s, path in enumerate(layout.shard_files):
+        pieces: list[Any] = []
+        index = np.full((per_shard, 2), _EMPTY, "<u8")
+        offset = 0
+        for j in range(per_shard):
+            r0 = (s * per_shard + j) * inner
+            if r0 >= n:
+                break
+            r1 = min(r0 + inner, n)
+            values = flat[r0 * t * itemsize : r1 * t * itemsize]
+            if r1 - r0 < inner:  # the array's edge: the chunk is stored whole, padded
+                padded = np.full((inner, t), layout.fill_value, layout.dtype)
+                padded[: r1 - r0] = x[r0:r1]
+                values = padded.reshape(-1).view(np.uint8)
+            pieces += [values, np.uint32(google_crc32c.value(values)).astype("<u4").tobytes()]
+            index[j] = offset, nbytes
+            offset += nbytes
+        raw = index.reshape(-1).view(np.uint8)
+        pieces += [raw, np.uint32(google_crc32c.value(raw)).astype("<u4").tobytes()]
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            _write_all(fd, pieces)
+        finally:
+            os.close(fd)
+
+
+def _write_all(fd: int, pieces: list[Any]) -> None:
+    """``pieces`` one after the other, by ``writev`` (which may write less than asked)."""
+    views = [memoryview(p).cast("B") for p in pieces]
+    step = min(getattr(os, "IOV_MAX", 1024), 1024)
+    while views:
+        done = os.writev(fd, views[:step])
+        while views and done >= len(views[0]):
+            done -= len(views[0])
+            views.pop(0)
+        if done:
+            views[0] = views[0][done:]
 
 
 def _index(fd: int, chunks: int, path: str) -> np.ndarray:

@@ -54,7 +54,7 @@ import numpy as np
 import zarr
 
 from .atomic import atomic_path
-from .local_shards import local_layout, read_rows
+from .local_shards import local_layout, read_rows, write_rows
 from .storage import Folder, is_local
 
 __all__ = [
@@ -241,7 +241,11 @@ class SplitWriter:
                 config={"write_empty_chunks": True},
             )
             # one write of the whole array: every shard is written whole, by this task only
-            arr[:] = x.astype(np.float32, copy=False)
+            layout = local_layout(arr)
+            if layout is not None:  # a local, uncompressed store: straight into its files
+                write_rows(layout, x)
+            else:
+                arr[:] = x.astype(np.float32, copy=False)
         except OSError as err:  # a full disk says nothing of where: say it
             need = x.shape[0] * t * 4
             raise OSError(

@@ -1,5 +1,7 @@
-"""The direct reader of local shard files against zarr-python's own read of the same
-arrays, written by the store's writer and by zarr."""
+"""The direct reader and writer of local shard files against zarr-python's own read and
+write of the same arrays."""
+
+import os
 
 import numpy as np
 import pytest
@@ -7,8 +9,8 @@ import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsd_dask.io import build_split
-from lsd_dask.io.local_shards import local_layout, read_rows
+from lsd_dask.io import build_split, zarr_store
+from lsd_dask.io.local_shards import local_layout, read_rows, write_rows
 
 
 def _subject(folder, x, shard, inner, compressor=None):
@@ -47,6 +49,53 @@ def test_reads_what_zarr_reads(tmp_path_factory, n, t, shard, inner, keep, every
     assert read_rows(layout, rows, slice(c0, c1), out) is out
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(want, x[:, c0:c1] if rows is None else x[rows, c0:c1])
+
+
+def _files(root):
+    return {
+        os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+        for d, _, names in os.walk(root)
+        for f in names
+    }
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    ts=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    shard=st.integers(1, 40),
+    inner=st.integers(1, 12),
+)
+def test_the_split_writer_writes_the_files_zarr_writes(tmp_path_factory, n, ts, shard, inner):
+    """A local, uncompressed store's subjects go straight into their shard files: every
+    file of the store is byte for byte the one zarr's own write makes (partial last
+    shards and chunks, inner chunks past the last row left out), and zarr reads the
+    values back."""
+    rng = np.random.default_rng(n * 100 + shard * 10 + inner)
+    xs = [rng.standard_normal((n, t)).astype(np.float32) for t in ts]
+    stores = {}
+    for direct in (True, False):
+        folder = tmp_path_factory.mktemp("w") / "s.zarr"
+        with pytest.MonkeyPatch.context() as mp:
+            if not direct:  # every subject through zarr's own write
+                mp.setattr(zarr_store, "local_layout", lambda a: None)
+            with build_split(folder, n_rows=n, vertex_chunk=shard, inner_chunk=inner) as w:
+                for i, x in enumerate(xs):
+                    w.write(i, f"sub-{i}", x)
+                w.finish([f"sub-{i}" for i in range(len(xs))], ts)
+        stores[direct] = _files(folder)
+        group = zarr.open_group(str(folder), mode="r")
+        for i, x in enumerate(xs):
+            np.testing.assert_array_equal(group[f"subject/{i}"][:], x)
+    assert stores[True] == stores[False]
+
+
+def test_write_rows_refuses_another_shape(tmp_path):
+    a = _subject(tmp_path / "s.zarr", np.zeros((6, 2), np.float32), 4, 2)
+    layout = local_layout(a)
+    assert layout is not None
+    with pytest.raises(ValueError, match=r"\(5, 2\) values for an array of \(6, 2\)"):
+        write_rows(layout, np.zeros((5, 2), np.float32))
 
 
 def test_a_damaged_chunk_or_index_fails_its_checksum_naming_the_file(tmp_path):
