@@ -23,6 +23,10 @@ Run: ``python -m benchmarks.cohort --root /work/cohort --subjects 33 66``. Print
 table and writes ``cohort.json`` in the root. The settings are fixed so that the stages'
 work is linear in the subjects: spherical k-means and directional clustering at K = 100,
 rank 200, 100 spins.
+
+On a machine whose speed drifts from run to run (a shared VM), ``--repeat 3`` runs the
+sizes in turn three times and reports each size's median run with every run's figure:
+the 10 % between the smallest and the largest cohort is then told apart from the drift.
 """
 
 from __future__ import annotations
@@ -55,6 +59,14 @@ def main() -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=[100])
     ap.add_argument("--rank", type=int, default=200)
     ap.add_argument("--spins", type=int, default=100)
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every cohort this many times, the sizes in turn (33, 66, …, 33, 66, …), "
+        "so that a drift of the machine falls on every size alike; each cohort's row is "
+        "its run with the median ingest + SVD seconds, and the table gives every run's",
+    )
     ap.add_argument(
         "--no-warm",
         dest="warm",
@@ -92,16 +104,34 @@ def main() -> None:
         print(json.dumps(run_child(args, inputs, args.child)))
         return
     write_inputs(inputs, max(args.subjects), args.timepoints)
-    results: dict[int, Any] = {}
-    for s in sorted(args.subjects):
-        cmd = [sys.executable, "-m", "benchmarks.cohort", "--child", str(s), *sys.argv[1:]]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-        if proc.returncode != 0:
-            sys.exit(f"the {s}-subject run failed (its log is above)")
-        results[s] = json.loads(proc.stdout.strip().splitlines()[-1])
-        print_row(s, results[s])
+    runs: dict[int, list[dict[str, Any]]] = {s: [] for s in sorted(args.subjects)}
+    for _ in range(args.repeat):
+        for s in runs:
+            cmd = [sys.executable, "-m", "benchmarks.cohort", "--child", str(s), *sys.argv[1:]]
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+            if proc.returncode != 0:
+                sys.exit(f"the {s}-subject run failed (its log is above)")
+            runs[s].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print_row(s, runs[s][-1])
+    results = {s: median_run(r) for s, r in runs.items()}
     (args.root / "cohort.json").write_text(json.dumps(results, indent=2))
     print_table(results)
+
+
+def ingest_svd_per_subject(r: dict[str, Any]) -> float:
+    """A run's mask + ingest and SVD seconds per subject: the part that grows with them."""
+    t = r["timings_s"]
+    return float((t["mask_ingest"] + t["svd"]) / (2 * r["subjects_per_split"]))
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median ingest + SVD seconds per subject (the lower middle one of
+    an even number), with every run's figure under ``"ingest_svd_runs"``."""
+    ranked = sorted(runs, key=ingest_svd_per_subject)
+    return {
+        **ranked[(len(ranked) - 1) // 2],
+        "ingest_svd_runs": [ingest_svd_per_subject(r) for r in runs],
+    }
 
 
 def write_inputs(inputs: Path, n_subjects: int, timepoints: int) -> None:
@@ -316,11 +346,18 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
             n = sum(results[s]["tasks"].values()) if stage == "total" else n
             cells.append("–" if sec is None else f"{sec / (2 * s):.2f}, {n / (2 * s):.1f}")
         print(f"| {stage} | " + " | ".join(cells) + " |")
-    both = [
-        (results[s]["timings_s"]["mask_ingest"] + results[s]["timings_s"]["svd"]) / (2 * s)
-        for s in sizes
-    ]
+    both = [ingest_svd_per_subject(results[s]) for s in sizes]
     print("| ingest + svd: s/subj | " + " | ".join(f"{b:.3f}" for b in both) + " |")
+    if any(len(results[s].get("ingest_svd_runs", [])) > 1 for s in sizes):
+        print(
+            "| ingest + svd, every run | "
+            + " | ".join(
+                ", ".join(f"{v:.3f}" for v in results[s].get("ingest_svd_runs", []))
+                for s in sizes
+            )
+            + " |"
+        )
+    print(f"| ingest + svd: largest / smallest | {max(both) / min(both):.3f} |")
     print(
         "| workers' first import (s, before the run) | "
         + " | ".join(_import_cell(results[s].get("worker_import_s")) for s in sizes)
