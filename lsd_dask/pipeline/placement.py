@@ -102,7 +102,9 @@ PREPROCESS_BYTES_PER_VALUE = 32
 #: bytes per value a worker holds, beside its running tasks, for the subject its I/O slot
 #: is writing (:func:`lsd_dask.distributed.io_slot`): the standardised float32 series and
 #: zarr's shard as it is written, 12.0 bytes a value in all (measured with tracemalloc on
-#: 20,000 × 200 and 64,984 × 1,000 subjects), rounded up
+#: 20,000 × 200 and 64,984 × 1,000 subjects), rounded up. That is the store through zarr
+#: (object storage, compressed stores); a local store's shards are written straight from
+#: the series (:func:`lsd_dask.io.local_shards.write_rows`): 5.0 bytes a value
 INGEST_WRITE_BYTES_PER_VALUE = 13
 
 
