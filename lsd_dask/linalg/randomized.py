@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -157,9 +158,10 @@ def randomized_svd(
 
     Notes
     -----
-    Peak memory per dask task is about two n × l arrays plus one column block of X (260
-    MB each at 64,984 × 1,000 and l = 1,010), :func:`svd_task_bytes`; a worker holds that
-    once per thread: set worker memory to at least 2 GB per thread there.
+    Peak memory per dask task is about two n × l arrays plus two column blocks of X (the
+    one in use and the next, read meanwhile; 260 MB each at 64,984 × 1,000 and l =
+    1,010), :func:`svd_task_bytes`; a worker holds that once per thread: set worker
+    memory to at least 2 GB per thread there.
     """
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D, got shape {X.shape}.")
@@ -230,9 +232,10 @@ def svd_task_bytes(
     n_rows: int, block_columns: int, k: int, *, n_oversamples: int = 10, itemsize: int = 4
 ) -> int:
     """Peak bytes of one :func:`randomized_svd` task: two n × l arrays (the basis and its
-    product) and one column block of X, with l = k + n_oversamples."""
+    product) and two column blocks of X (the one in use and the next, read meanwhile),
+    with l = k + n_oversamples."""
     l = int(k) + int(n_oversamples)
-    return int(itemsize) * int(n_rows) * (2 * l + int(block_columns))
+    return int(itemsize) * int(n_rows) * (2 * l + 2 * int(block_columns))
 
 
 def streaming_svd(
@@ -837,7 +840,12 @@ class _BlockPasses:
         # sketch's group tasks (which need nothing else) ran one after the other
         return [
             delayed(_group_pass, pure=True)(
-                delayed(self.z, pure=False, traverse=False), g, kind, W, self.omega, self.l,
+                delayed(self.z, pure=False, traverse=False),
+                g,
+                kind,
+                W,
+                self.omega,
+                self.l,
                 self.dtype,
             )  # fmt: skip
             for g in (self.spans if spans is None else spans)
@@ -898,15 +906,11 @@ def _group_pass(
     """
     n = z.shape[0]
     W = [_aligned(w) for w in W] if isinstance(W, list) else _aligned(W)
-    buf: np.ndarray | None = None
     # the transpose pass keeps its blocks apart: no n × l buffers for it; the sketch adds
     # into acc in place
     acc = np.zeros((n, l), dtype) if kind != "transpose" else None
     out: list[np.ndarray] = []
-    for a, b in spans:
-        if buf is None or buf.shape[1] != b - a:
-            buf = np.empty((n, b - a), z.dtype)
-        z.read_columns(a, b, buf)
+    for (a, b), buf in _read_ahead(z, spans):
         x = buf if buf.dtype == dtype else buf.astype(dtype)
         if kind == "sketch":
             assert acc is not None
@@ -926,6 +930,39 @@ def _group_pass(
         assert acc is not None
         return acc[None], out
     return out if acc is None else acc[None]
+
+
+def _read_ahead(z: Any, spans: list[tuple[int, int]]) -> Iterator[tuple[tuple[int, int], Any]]:
+    """``z``'s column blocks ``spans`` in order, each read into one of two buffers, the
+    next one read by a second thread while the caller works on this one.
+
+    The reads (``preadv`` and copies, which release the GIL) then wait on the disk while
+    the products run: a group task of 16 subjects × 250 time points read from a cold page
+    cache took the sum of its reads (1.25 s alone) and its products. A buffer is handed
+    out until the caller asks for the next block, so it is never written while in use;
+    the two buffers are made once per task (of each block width met).
+    """
+    bufs: list[np.ndarray | None] = [None, None]
+
+    def read(i: int) -> np.ndarray:
+        a, b = spans[i]
+        buf = bufs[i % 2]
+        if buf is None or buf.shape[1] != b - a:
+            buf = bufs[i % 2] = np.empty((z.shape[0], b - a), z.dtype)
+        z.read_columns(a, b, buf)
+        return buf
+
+    if len(spans) < 2:  # nothing to read ahead of
+        for i, span in enumerate(spans):
+            yield span, read(i)
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="lsd-read-ahead") as pool:
+        ahead = pool.submit(read, 0)
+        for i, span in enumerate(spans):
+            buf = ahead.result()
+            if i + 1 < len(spans):  # the other buffer: the caller is done with it
+                ahead = pool.submit(read, i + 1)
+            yield span, buf
 
 
 def _add_product(acc: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -344,7 +344,7 @@ def _memory_message(split: str, n: int, block: int, rank: int) -> str:
             have = f"; the workers have {min(per_thread) / 2**20:.0f} MB per thread"
     return (
         f"the SVD of {split} lost its workers (KilledWorker): at svd.rank {rank} each SVD task "
-        f"holds about {need / 2**20:.0f} MB ({n} vertices x (2 x (rank + 10) + {block}) "
+        f"holds about {need / 2**20:.0f} MB ({n} vertices x 2 x (rank + 10 + {block}) "
         f"float32){have}. Give the workers more memory per thread (memory_limit, or fewer "
         "threads per worker) or lower svd.rank (--rank)."
     )

@@ -981,3 +981,49 @@ def test_add_product_holds_no_product_sized_buffer():
         tracemalloc.stop()
     assert peak < acc.nbytes / 10
     np.testing.assert_allclose(acc, expected, rtol=1e-5, atol=1e-4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(1, 199), min_size=0, max_size=8, unique=True), pause=st.booleans())
+def test_read_ahead_gives_each_block_in_order_and_never_writes_one_in_use(store, cuts, pause):
+    """Blocks of a real split store (4 subjects × 50 columns) cut anywhere come in order,
+    each equal to its columns; a block is unchanged after the next read has had time to
+    finish, and two blocks in a row never share memory (the reader fills the other)."""
+    import time
+
+    from lsd_dask.linalg.randomized import _read_ahead
+
+    p, subs, _ = store
+    X = np.concatenate([x for _, x in subs], axis=1)
+    z = open_split(p).column_blocks
+    edges = [0, *sorted(cuts), 200]
+    spans = list(zip(edges[:-1], edges[1:], strict=True))
+    got, last = [], None
+    for (a, b), buf in _read_ahead(z, spans):
+        if pause:
+            time.sleep(0.01)  # the next block's read finishes meanwhile
+        np.testing.assert_array_equal(buf, X[:, a:b])
+        assert last is None or not np.shares_memory(buf, last)
+        got.append((a, b))
+        last = buf
+    assert got == spans
+
+
+def test_a_read_ahead_error_reaches_the_task_naming_the_file(tmp_path):
+    """A block the second thread fails to read (a damaged shard) raises in the caller with
+    the reader's message, at the block it belongs to."""
+    from lsd_dask.linalg.randomized import _read_ahead
+
+    subs = _low_rank(n=64, t=10, s=3, r=3)
+    p = write_split(tmp_path / "split.zarr", subs, n_vertices=64, timepoints=10)
+    shard = sorted((tmp_path / "split.zarr" / "subject" / "2").rglob("c/*/*"))[0]
+    bad = bytearray(shard.read_bytes())
+    bad[5] ^= 0x10
+    shard.write_bytes(bytes(bad))
+    z = open_split(p).column_blocks
+    seen = []
+    with pytest.raises(ValueError, match="fails its checksum"):
+        for span, buf in _read_ahead(z, [(0, 10), (10, 20), (20, 30)]):
+            seen.append(span)
+            np.testing.assert_array_equal(buf, subs[len(seen) - 1][1])
+    assert seen == [(0, 10), (10, 20)]
