@@ -7,8 +7,10 @@ A split's features are unit rows of U·Σ (or of U): :func:`svd_features`.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -203,10 +205,33 @@ class SvdStage:
         return {"rank": int(s.size), "method": ctx.cfg.svd.method}
 
     def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
-        for unit in todo:
-            yield unit, self._one(ctx, unit.item)
+        """Each split's SVD, yielded as it ends.
 
-    def _one(self, ctx: RunContext, split: str) -> dict[str, Any]:
+        On a distributed cluster two splits' randomized SVDs run at once, each driven by
+        its own client thread: one split's group tasks keep the workers busy while the
+        other waits on the client (its QRs' small tasks, gathering U, saving it, checking
+        the next store). At 33 subjects × 250 time points a split (rank 200) those waits
+        were about 2.8 s of a split's 9 s, against 0.2 s of work. If one split fails, the
+        other stops at its next pass.
+        """
+        if len(todo) < 2 or active_client() is None or ctx.cfg.svd.method != "randomized":
+            for unit in todo:
+                yield unit, self._one(ctx, unit.item)
+            return
+        stop = threading.Event()
+        with ThreadPoolExecutor(_SPLITS_AT_ONCE, thread_name_prefix="lsd-svd") as pool:
+            running = {pool.submit(self._one, ctx, u.item, stop): u for u in todo}
+            try:
+                for done in as_completed(running):
+                    yield running[done], done.result()
+            finally:
+                stop.set()  # after a failure: the others stop at their next pass
+                for f in running:
+                    f.cancel()
+
+    def _one(
+        self, ctx: RunContext, split: str, stop: threading.Event | None = None
+    ) -> dict[str, Any]:
         cfg, wd, log = ctx.cfg, ctx.wd, ctx.log
         options = wd.folder.storage_options
         _verify_on_workers(wd.store(split), options)
@@ -231,7 +256,7 @@ class SvdStage:
                     st.column_blocks,  # tasks read their own column blocks
                     cfg.svd,
                     cfg.random_state,
-                    progress=lambda line: log(f"[svd] {split} {line}"),
+                    progress=lambda line: _progress(log, f"[svd] {split} {line}", stop),
                 )
                 U = U.compute()
             except KilledWorker as err:
@@ -348,6 +373,22 @@ def _memory_message(split: str, n: int, block: int, rank: int) -> str:
         f"float32){have}. Give the workers more memory per thread (memory_limit, or fewer "
         "threads per worker) or lower svd.rank (--rank)."
     )
+
+
+#: splits whose SVDs run at once on a distributed cluster (each holds its basis and
+#: sketch on the workers: 2 × 240 MB at 59,784 vertices and rank 1,000)
+_SPLITS_AT_ONCE = 2
+
+
+class _Stopped(Exception):
+    """Another split's SVD failed: this one stops (the run raises the other's error)."""
+
+
+def _progress(log: Callable[[str], None], line: str, stop: threading.Event | None) -> None:
+    """Log a pass's line, or stop here if another split's SVD has failed."""
+    if stop is not None and stop.is_set():
+        raise _Stopped(line)
+    log(line)
 
 
 def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:
