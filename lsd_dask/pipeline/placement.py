@@ -91,11 +91,12 @@ def scoring_task_bytes(feature_bytes: int, n_pairs: int, n_spins: int) -> int:
 
 #: bytes an ingest task holds at its peak per value of a subject's data, measured with
 #: tracemalloc on a 20,000 x 200 subject: 15.4 from GIFTI (nibabel's per-array decode and
-#: the stacked copy), 9.1 from CIFTI (12.3 when the standardisation went 4,096 rows at a
-#: time in float64); the standardised float32 copy is in both
+#: the stacked copy), 8.2 from CIFTI (9.1 with a copy of the kept rows and a finiteness
+#: mask, 12.3 when the standardisation went 4,096 rows at a time in float64); the
+#: standardised float32 copy is in both
 INGEST_BYTES_PER_VALUE = 16
 #: the same with preprocessing (detrending, band-pass: the float64 copy cleaned in place and
-#: nilearn's copies of one block of vertices), 25.9 from CIFTI
+#: nilearn's copies of one block of vertices), 24.9 from CIFTI
 PREPROCESS_BYTES_PER_VALUE = 32
 
 

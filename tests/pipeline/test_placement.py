@@ -42,7 +42,7 @@ def test_an_ingest_task_allocates_no_more_than_its_estimate(tmp_path, kind, prep
         )
 
     class Sink:  # the store's write, minus the file: the standardised array is what counts
-        def write(self, index: int, subject: str, x: np.ndarray) -> int:
+        def write(self, index: int, subject: str, x: np.ndarray, *, finite: bool = False) -> int:
             return x.shape[1]
 
     kept = np.ones(2 * n1, bool)
@@ -53,7 +53,7 @@ def test_an_ingest_task_allocates_no_more_than_its_estimate(tmp_path, kind, prep
     tracemalloc.stop()
     need = task_bytes(2 * n1, t, 10, preprocess)["ingest"]
     # one estimate for both formats: GIFTI's decode holds more than CIFTI's read
-    floor = 0.5 if kind == "cifti" and not preprocess else 0.6
+    floor = 0.45 if kind == "cifti" and not preprocess else 0.6  # CIFTI: 8.2 of 16 B a value
     assert floor * need < peak <= need, (peak, need)
 
 
@@ -121,7 +121,7 @@ def test_workers_below_one_tasks_memory_fail_in_one_line_before_ingest(tmp_path,
     config = tmp_path / "small.yaml"
     config.write_text(
         "type: local\nlocal:\n  n_workers: 1\n  threads_per_worker: 1\n  processes: true\n"
-        "  memory_limit: 80MB\n  host: 127.0.0.1\n  dashboard_address: \":0\"\n"
+        '  memory_limit: 80MB\n  host: 127.0.0.1\n  dashboard_address: ":0"\n'
     )
     t0 = time.monotonic()
     proc = subprocess.run(
