@@ -770,7 +770,8 @@ class _BlockPasses:
     The columns are split into one contiguous group of equal width per worker thread (a
     column block across a group's edge is read in two pieces, one by each group: 33
     subjects on 2 threads are 16.5 each, not 17 and 16); a task per group reads its
-    pieces one at a time into a reused buffer and accumulates the n × l result in place,
+    pieces in turn into two reused buffers (the next read while this one is multiplied:
+    :func:`_read_ahead`) and accumulates the n × l result in place,
     so a pass moves only the group results (one n × l array each) between workers, and
     allocates its large buffers once per group rather than once per block (fresh
     allocations cost page faults comparable to the reads here). The basis is kept in one
