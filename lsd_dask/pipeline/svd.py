@@ -209,18 +209,22 @@ class SvdStage:
 
         On a distributed cluster two splits' randomized SVDs run at once, each driven by
         its own client thread: one split's group tasks keep the workers busy while the
-        other waits on the client (its QRs' small tasks, gathering U, saving it, checking
-        the next store). At 33 subjects × 250 time points a split (rank 200) those waits
-        were about 2.8 s of a split's 9 s, against 0.2 s of work. If one split fails, the
-        other stops at its next pass.
+        other waits on the client (its QRs' small tasks, gathering U, saving it). At 33
+        subjects × 250 time points a split (rank 200) those waits were about 2.8 s of a
+        split's 9 s, against 0.2 s of work. Every split's store is checked on the workers
+        first, before any SVD starts. If one split fails, the other stops at its next
+        pass.
         """
         if len(todo) < 2 or active_client() is None or ctx.cfg.svd.method != "randomized":
             for unit in todo:
                 yield unit, self._one(ctx, unit.item)
             return
+        options = ctx.wd.folder.storage_options
+        for unit in todo:
+            _verify_on_workers(ctx.wd.store(unit.item), options)
         stop = threading.Event()
         with ThreadPoolExecutor(_SPLITS_AT_ONCE, thread_name_prefix="lsd-svd") as pool:
-            running = {pool.submit(self._one, ctx, u.item, stop): u for u in todo}
+            running = {pool.submit(self._one, ctx, u.item, stop, False): u for u in todo}
             try:
                 for done in as_completed(running):
                     yield running[done], done.result()
@@ -230,11 +234,16 @@ class SvdStage:
                     f.cancel()
 
     def _one(
-        self, ctx: RunContext, split: str, stop: threading.Event | None = None
+        self,
+        ctx: RunContext,
+        split: str,
+        stop: threading.Event | None = None,
+        verify: bool = True,
     ) -> dict[str, Any]:
         cfg, wd, log = ctx.cfg, ctx.wd, ctx.log
         options = wd.folder.storage_options
-        _verify_on_workers(wd.store(split), options)
+        if verify:  # the store complete as every worker sees it
+            _verify_on_workers(wd.store(split), options)
         st = open_split(wd.store(split), storage_options=options)
         n, m = st.data.shape
         rank = svd_rank(cfg.svd, n, m)
