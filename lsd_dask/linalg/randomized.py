@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +32,7 @@ import dask.array as da
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
+from dask.base import annotate
 from dask.base import compute as dask_compute
 from dask.base import persist as dask_persist
 from dask.delayed import delayed
@@ -792,6 +794,7 @@ class _BlockPasses:
         self.row_chunks = tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
         self.l, self.omega, self.dtype, self.eager = l, omega, dtype, persist
         self.z = z
+        self.slots = _thread_slots()
 
     def sketch(self) -> Any:
         return self._row_sums(self._tasks("sketch", spans=self.sketch_spans))
@@ -839,18 +842,22 @@ class _BlockPasses:
         # store, growing with subjects), and not one key that all share: the scheduler
         # ran every task that needed that key on the worker that held it, so the
         # sketch's group tasks (which need nothing else) ran one after the other
-        return [
-            delayed(_group_pass, pure=True)(
-                delayed(self.z, pure=False, traverse=False),
-                g,
-                kind,
-                W,
-                self.omega,
-                self.l,
-                self.dtype,
-            )  # fmt: skip
-            for g in (self.spans if spans is None else spans)
-        ]
+        tasks = []
+        for i, g in enumerate(self.spans if spans is None else spans):
+            # group i on worker thread i, not left to the scheduler: it placed both of a
+            # pass's group tasks on the worker that held the most of their inputs, and the
+            # other worker sat idle until one was stolen (0.9 s of a 3 s pass, with two
+            # splits' SVDs at once); other workers may still take it
+            with (
+                nullcontext()
+                if self.slots is None
+                else annotate(workers=[self.slots[i % len(self.slots)]], allow_other_workers=True)
+            ):
+                x = delayed(self.z, pure=False, traverse=False)
+                tasks.append(
+                    delayed(_group_pass, pure=True)(x, g, kind, W, self.omega, self.l, self.dtype)
+                )
+        return tasks
 
     def _summed(self, kind: str, W: Any = None) -> Any:
         return self._row_sums(self._tasks(kind, W))
@@ -1089,6 +1096,17 @@ def _n_threads() -> int:
         return max(1, int(sum(default_client().nthreads().values())))
     except (ImportError, ValueError):
         return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+
+
+def _thread_slots() -> list[str] | None:
+    """The active distributed client's worker addresses, one entry per worker thread
+    (each worker's threads together, the workers in address order); None without one."""
+    from ..distributed import active_client
+
+    client = active_client()
+    if client is None:
+        return None
+    return [w for w, t in sorted(client.nthreads().items()) for _ in range(max(1, int(t)))]
 
 
 def _sketch_block(

@@ -245,7 +245,8 @@ class SvdStage:
         if verify:  # the store complete as every worker sees it
             _verify_on_workers(wd.store(split), options)
         st = open_split(wd.store(split), storage_options=options)
-        n, m = st.data.shape
+        blocks = st.column_blocks
+        n, m = blocks.shape
         rank = svd_rank(cfg.svd, n, m)
         t0 = time.perf_counter()
         log(f"[svd] {split}: rank {rank} of {n} x {m} ({cfg.svd.method})")
@@ -262,7 +263,7 @@ class SvdStage:
         else:
             try:
                 U, s = group_svd(
-                    st.column_blocks,  # tasks read their own column blocks
+                    blocks,  # tasks read their own column blocks
                     cfg.svd,
                     cfg.random_state,
                     progress=lambda line: _progress(log, f"[svd] {split} {line}", stop),

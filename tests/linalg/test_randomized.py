@@ -231,6 +231,35 @@ def test_each_pass_puts_its_group_tasks_on_every_worker(store):
         assert ran[i][1] != ran[i + 1][1], ran
 
 
+def test_group_task_i_asks_for_worker_thread_i_and_lets_others_take_it(store):
+    """Each pass's group task i carries a loose restriction to the worker of thread i: the
+    scheduler once queued both of a pass's group tasks on the worker holding most of
+    their inputs while the other sat idle until one was stolen. Without a client there is
+    no restriction."""
+    from lsd_dask.linalg.randomized import _BlockPasses, _TestMatrix
+
+    p, _, _ = store
+    blocks = open_split(p).column_blocks
+    omega = _TestMatrix(0)
+
+    def restrictions(passes):
+        out = []
+        for task in passes._tasks("sketch", spans=passes.sketch_spans):
+            layer = task.dask.layers[task.key]
+            out.append(dict(layer.annotations or {}))
+        return out
+
+    assert all(r == {} for r in restrictions(_BlockPasses(blocks, 8, omega, np.float32, True)))
+    with _two_workers() as client:
+        client.wait_for_workers(2)
+        passes = _BlockPasses(blocks, 8, omega, np.float32, True)
+        workers = sorted(client.nthreads())
+        assert len(passes.sketch_spans) == 2
+        assert restrictions(passes) == [
+            {"workers": [w], "allow_other_workers": True} for w in workers
+        ]
+
+
 def test_bad_k(store):
     p, _, _ = store
     with pytest.raises(ValueError, match="k must be in"):
