@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from benchmarks.end_to_end import STAGES, StageMeter, svd_passes
@@ -89,6 +90,11 @@ def main() -> None:
         help="with --project: the SVD's GFLOP/s per worker at rank 1,000 (default: the "
         "cohort runs' own, at their rank)",
     )
+    ap.add_argument(
+        "--table",
+        action="store_true",
+        help="print the table of <root>/cohort.json (the last runs' medians) and exit",
+    )
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     inputs = args.root / "inputs"
@@ -99,6 +105,10 @@ def main() -> None:
             measured, store_gbps=args.store_gbps, fixed_s=args.project, svd_gflops=args.svd_gflops
         )
         print_projection(rows)
+        return
+    if args.table:
+        saved = json.loads((args.root / "cohort.json").read_text())
+        print_table({int(k): v for k, v in saved.items()})
         return
     if args.child is not None:
         print(json.dumps(run_child(args, inputs, args.child)))
@@ -358,6 +368,18 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
             + " |"
         )
     print(f"| ingest + svd: largest / smallest | {max(both) / min(both):.3f} |")
+    if len(sizes) > 1:
+        fixed, per_subject = fixed_and_marginal(results)
+        steps = marginal_steps(results)
+        print(
+            f"| ingest + svd as fixed + per subject (least squares) | {fixed:.1f} s + "
+            f"{per_subject:.3f} s/subj |"
+        )
+        print(
+            "| ingest + svd, marginal s/subj between sizes | "
+            + " | ".join(f"{a}→{b}: {v:.3f}" for a, b, v in steps)
+            + " |"
+        )
     print(
         "| workers' first import (s, before the run) | "
         + " | ".join(_import_cell(results[s].get("worker_import_s")) for s in sizes)
@@ -375,6 +397,25 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
         ("report bytes / subject", lambda r: r["report_bytes"] / (2 * r["subjects_per_split"])),
     ]:
         print(f"| {label} | " + " | ".join(f"{f(results[s]):.2f}" for s in sizes) + " |")
+
+
+def fixed_and_marginal(results: dict[int, dict[str, Any]]) -> tuple[float, float]:
+    """The ingest + SVD seconds of the cohorts as ``fixed + per_subject · subjects`` (both
+    splits' subjects), by least squares: what a run pays once, whatever its size, and
+    what each subject adds. Seconds per subject are constant exactly when ``fixed`` is 0."""
+    x = np.array([2.0 * s for s in results])
+    y = np.array([ingest_svd_per_subject(r) * 2 * s for s, r in results.items()])
+    per_subject, fixed = np.polyfit(x, y, 1)
+    return float(fixed), float(per_subject)
+
+
+def marginal_steps(results: dict[int, dict[str, Any]]) -> list[tuple[int, int, float]]:
+    """Between each cohort and the next larger one: the ingest + SVD seconds the extra
+    subjects added, per extra subject (the fixed cost cancels)."""
+    sizes = sorted(results)
+    total = {s: ingest_svd_per_subject(results[s]) * 2 * s for s in sizes}
+    pairs = zip(sizes, sizes[1:], strict=False)
+    return [(a, b, (total[b] - total[a]) / (2 * (b - a))) for a, b in pairs]
 
 
 def _import_cell(seconds: dict[str, float] | None) -> str:
