@@ -156,7 +156,10 @@ class WorkLock:
         while not self._stop.wait(LEASE_S / 4):
             try:
                 self._write_lease()
-            except OSError:  # a lost endpoint: the run's own writes will fail and say so
+            except Exception:
+                # a lost endpoint (botocore's and aiohttp's connection errors are not
+                # OSError): the run's own reads and writes fail and say so in one line; a
+                # heartbeat that died here printed its traceback beside that line
                 pass
 
 

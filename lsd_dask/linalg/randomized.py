@@ -1100,13 +1100,15 @@ def _n_threads() -> int:
 
 def _thread_slots() -> list[str] | None:
     """The active distributed client's worker addresses, one entry per worker thread
-    (each worker's threads together, the workers in address order); None without one."""
+    (each worker's threads together, the workers in address order); None without one, or
+    while it has no workers (all lost: the tasks then wait for the ones that come back)."""
     from ..distributed import active_client
 
     client = active_client()
     if client is None:
         return None
-    return [w for w, t in sorted(client.nthreads().items()) for _ in range(max(1, int(t)))]
+    slots = [w for w, t in sorted(client.nthreads().items()) for _ in range(max(1, int(t)))]
+    return slots or None
 
 
 def _sketch_block(

@@ -224,7 +224,7 @@ class SvdStage:
             _verify_on_workers(ctx.wd.store(unit.item), options)
         stop = threading.Event()
         with ThreadPoolExecutor(_SPLITS_AT_ONCE, thread_name_prefix="lsd-svd") as pool:
-            running = {pool.submit(self._one, ctx, u.item, stop, False): u for u in todo}
+            running = {pool.submit(self._one, ctx, u.item, stop, verify=False): u for u in todo}
             try:
                 for done in as_completed(running):
                     yield running[done], done.result()

@@ -260,6 +260,21 @@ def test_group_task_i_asks_for_worker_thread_i_and_lets_others_take_it(store):
         ]
 
 
+def test_a_client_without_workers_puts_no_restriction_on_the_group_tasks():
+    """All workers lost (a killed SVD worker's nanny not yet back): no thread to ask for,
+    so no restriction; the tasks wait for the workers that come."""
+    from distributed import Client, LocalCluster
+
+    from lsd_dask.linalg.randomized import _thread_slots
+
+    assert _thread_slots() is None  # no client here
+    with (
+        LocalCluster(n_workers=0, processes=True, host="127.0.0.1", dashboard_address=":0") as c,
+        Client(c),
+    ):
+        assert _thread_slots() is None
+
+
 def test_bad_k(store):
     p, _, _ = store
     with pytest.raises(ValueError, match="k must be in"):

@@ -157,6 +157,46 @@ def test_a_work_folder_on_object_storage_is_leased_to_one_run(s3_options):
         assert _json.loads(fs.cat(f"{url}/lock.json"))["id"] == lock.owner["id"]
 
 
+def test_the_lease_heartbeat_outlives_a_lost_endpoint(monkeypatch):
+    """The S3 server killed while a lease is held: each renewal fails (botocore's and
+    aiohttp's connection errors, not OSError), and the heartbeat goes on without a
+    traceback; giving the lease back then raises nothing either."""
+    import threading
+
+    from lsd_dask.io import lock as lock_module
+    from lsd_dask.io.storage import Folder
+
+    monkeypatch.setattr(lock_module, "LEASE_S", 0.4)  # a renewal every 0.1 s
+    died = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    with _moto_server() as (server, options):
+        options = {**options, "config_kwargs": {"retries": {"max_attempts": 1},
+                                                "connect_timeout": 1}}  # fmt: skip
+        lease = lock_module.WorkLock(Folder(f"s3://{BUCKET}/lost-lease/work", options))
+        lease.acquire()
+        failed = []
+        renew = lease._write_lease
+
+        def counted() -> None:
+            try:
+                renew()
+            except Exception as err:
+                failed.append(err)
+                raise
+
+        lease._write_lease = counted  # the real renewal, its failures counted
+        server.kill()
+        server.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while len(failed) < 3:
+            assert time.monotonic() < deadline, f"renewals stopped after {failed}: {died}"
+            time.sleep(0.05)
+        assert not isinstance(failed[0], OSError)  # what the heartbeat once let through
+        assert lease._beat is not None and lease._beat.is_alive()
+        lease.release()
+    assert died == [] and not lease.held
+
+
 def test_a_lost_object_store_ends_the_run_in_one_line(tmp_path, write_tiny_study):
     """The S3 server killed once the SVD starts: the run ends with one line saying the
     object store could not be reached, no traceback, well within a minute."""
