@@ -128,10 +128,15 @@ def main() -> None:
     print_table(results)
 
 
-def ingest_svd_per_subject(r: dict[str, Any]) -> float:
-    """A run's mask + ingest and SVD seconds per subject: the part that grows with them."""
+def ingest_svd_seconds(r: dict[str, Any]) -> float:
+    """A run's mask + ingest and SVD seconds: the part that grows with the subjects."""
     t = r["timings_s"]
-    return float((t["mask_ingest"] + t["svd"]) / (2 * r["subjects_per_split"]))
+    return float(t["mask_ingest"] + t["svd"])
+
+
+def ingest_svd_per_subject(r: dict[str, Any]) -> float:
+    """:func:`ingest_svd_seconds` per subject (both splits')."""
+    return ingest_svd_seconds(r) / (2 * r["subjects_per_split"])
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -404,7 +409,7 @@ def fixed_and_marginal(results: dict[int, dict[str, Any]]) -> tuple[float, float
     splits' subjects), by least squares: what a run pays once, whatever its size, and
     what each subject adds. Seconds per subject are constant exactly when ``fixed`` is 0."""
     x = np.array([2.0 * s for s in results])
-    y = np.array([ingest_svd_per_subject(r) * 2 * s for s, r in results.items()])
+    y = np.array([ingest_svd_seconds(r) for r in results.values()])
     per_subject, fixed = np.polyfit(x, y, 1)
     return float(fixed), float(per_subject)
 
@@ -413,7 +418,7 @@ def marginal_steps(results: dict[int, dict[str, Any]]) -> list[tuple[int, int, f
     """Between each cohort and the next larger one: the ingest + SVD seconds the extra
     subjects added, per extra subject (the fixed cost cancels)."""
     sizes = sorted(results)
-    total = {s: ingest_svd_per_subject(results[s]) * 2 * s for s in sizes}
+    total = {s: ingest_svd_seconds(results[s]) for s in sizes}
     pairs = zip(sizes, sizes[1:], strict=False)
     return [(a, b, (total[b] - total[a]) / (2 * (b - a))) for a, b in pairs]
 

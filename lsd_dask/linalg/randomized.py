@@ -784,7 +784,9 @@ class _BlockPasses:
 
     def __init__(self, z: Any, l: int, omega: _TestMatrix, dtype: Any, persist: bool) -> None:
         n = z.shape[0]
-        threads = _n_threads()
+        # the groups and their worker threads from one look at the cluster
+        self.slots = _thread_slots()
+        threads = len(self.slots) if self.slots else _n_threads()
         bounds = _column_bounds(z, dtype)
         self.spans = _equal_groups(bounds, threads)
         # the sketch reads only the blocks where Ω is not zero (all of them without keep)
@@ -794,7 +796,6 @@ class _BlockPasses:
         self.row_chunks = tuple(np.diff(np.linspace(0, n, parts + 1).round().astype(int)).tolist())
         self.l, self.omega, self.dtype, self.eager = l, omega, dtype, persist
         self.z = z
-        self.slots = _thread_slots()
 
     def sketch(self) -> Any:
         return self._row_sums(self._tasks("sketch", spans=self.sketch_spans))
