@@ -232,32 +232,132 @@ def test_each_pass_puts_its_group_tasks_on_every_worker(store):
 
 
 def test_group_task_i_asks_for_worker_thread_i_and_lets_others_take_it(store):
-    """Each pass's group task i carries a loose restriction to the worker of thread i: the
-    scheduler once queued both of a pass's group tasks on the worker holding most of
-    their inputs while the other sat idle until one was stolen. Without a client there is
-    no restriction."""
+    """Every pass's group task i reaches the scheduler with a loose restriction to the
+    worker of thread i (read from the scheduler's own task states, not the graph: the
+    sketch's and the power passes' restrictions were once dropped on the way, when the
+    basis's QR optimised the graph of the sums). The scheduler once queued both of a
+    pass's group tasks on the worker holding most of their inputs while the other sat
+    idle until one was stolen. Without a client there is no restriction."""
+    from distributed import Client, LocalCluster
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
     from lsd_dask.linalg.randomized import _BlockPasses, _TestMatrix
 
-    p, _, _ = store
+    p, _, (_, s0, _) = store
     blocks = open_split(p).column_blocks
-    omega = _TestMatrix(0)
+    for task in _BlockPasses(blocks, 8, _TestMatrix(0), np.float32, True)._tasks("sketch"):
+        assert not task.dask.layers[task.key].annotations
 
-    def restrictions(passes):
-        out = []
-        for task in passes._tasks("sketch", spans=passes.sketch_spans):
-            layer = task.dask.layers[task.key]
-            out.append(dict(layer.annotations or {}))
+    class Restrictions(SchedulerPlugin):
+        def __init__(self, scheduler):
+            self.scheduler, self.seen = scheduler, []
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if finish == "processing" and str(key).startswith("_group_pass-"):
+                ts = self.scheduler.tasks[key]
+                self.seen.append((sorted(ts.worker_restrictions or ()), ts.loose_restrictions))
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=":0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        client.wait_for_workers(2)
+        plugin = Restrictions(cluster.scheduler)
+        cluster.scheduler.add_plugin(plugin, name="restrictions")
+        _, s, _ = randomized_svd(blocks, 6, n_power_iter=2, random_state=0,
+                                 sketch_columns=100, return_vt=False)  # fmt: skip
+        workers = sorted(client.nthreads())
+    np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
+    # the sketch, 2 power passes and the last transpose: group tasks 0 and 1 each, the
+    # two in either order
+    passes = [sorted(plugin.seen[i : i + 2]) for i in range(0, len(plugin.seen), 2)]
+    assert passes == [[([w], True) for w in workers]] * 4, plugin.seen
+
+
+class _SlowColumns:
+    """A column-block source in memory whose every read takes ``delay`` seconds and is
+    logged to a file (``first-column start stop`` a line), to see when group tasks run."""
+
+    def __init__(self, x: np.ndarray, delay: float, log: str) -> None:
+        self.x, self.delay, self.log = x, delay, log
+        self.shape, self.dtype = x.shape, x.dtype
+
+    def read_columns(self, start, stop, out):
+        import time
+
+        t0 = time.time()
+        time.sleep(self.delay)
+        out[...] = self.x[:, start:stop]
+        with open(self.log, "a") as f:
+            f.write(f"{start} {t0} {time.time()}\n")
         return out
 
-    assert all(r == {} for r in restrictions(_BlockPasses(blocks, 8, omega, np.float32, True)))
-    with _two_workers() as client:
-        client.wait_for_workers(2)
-        passes = _BlockPasses(blocks, 8, omega, np.float32, True)
-        workers = sorted(client.nthreads())
-        assert len(passes.sketch_spans) == 2
-        assert restrictions(passes) == [
-            {"workers": [w], "allow_other_workers": True} for w in workers
+
+def _one_thread_worker():
+    from distributed import Client, LocalCluster
+
+    return LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+        dashboard_address=":0",
+    ), Client  # fmt: skip
+
+
+def test_a_group_task_leaves_its_workers_thread_to_other_tasks(tmp_path):
+    """A group task runs for seconds; on a single-threaded worker the small tasks of the
+    other split's SVD (its sums, its QR) waited behind it. It leaves the worker's thread
+    pool, so a task submitted while it runs ends before it does, on the same worker."""
+    from lsd_dask.linalg.randomized import _group_pass, _TestMatrix
+
+    x = np.random.default_rng(0).standard_normal((40, 30)).astype(np.float32)
+    log = tmp_path / "reads.log"
+    src = _SlowColumns(x, 1.0, str(log))
+    cluster, Client = _one_thread_worker()
+    with cluster, Client(cluster) as client:
+        omega = _TestMatrix(0)
+        g = client.submit(_group_pass, src, [(0, 10), (10, 20)], "sketch", None, omega, 4,
+                          np.float32, pure=False)  # fmt: skip
+        while not log.exists() and not g.done():  # its first read has begun by then
+            g.result(timeout=0.05) if g.done() else __import__("time").sleep(0.05)
+        assert client.submit(sum, [1, 2], pure=False).result(timeout=30) == 3
+        assert not g.done()  # the small task ended while the group task ran
+        acc = g.result(timeout=60)
+    ref = np.zeros((40, 4), np.float32)
+    for a, b in [(0, 10), (10, 20)]:
+        ref += x[:, a:b] @ np.asarray(omega.rows(a, b, 4, np.float32).todense())
+    np.testing.assert_allclose(acc[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_group_tasks_on_one_worker_thread_take_turns(tmp_path):
+    """Out of the thread pool, two group tasks on one single-threaded worker still run
+    their products one after the other (each in turn, not side by side on one core)."""
+    from lsd_dask.linalg.randomized import _group_pass, _TestMatrix
+
+    x = np.random.default_rng(1).standard_normal((40, 40)).astype(np.float32)
+    log = tmp_path / "reads.log"
+    src = _SlowColumns(x, 0.3, str(log))
+    W = np.random.default_rng(2).standard_normal((40, 3)).astype(np.float32)
+    cluster, Client = _one_thread_worker()
+    with cluster, Client(cluster) as client:
+        spans = ([(0, 10), (10, 20)], [(20, 30), (30, 40)])
+        tasks = [
+            client.submit(_group_pass, src, g, "power", W, _TestMatrix(0), 3, np.float32,
+                          pure=False)  # fmt: skip
+            for g in spans
         ]
+        out = client.gather(tasks)
+    for g, acc in zip(spans, out, strict=True):
+        ref = sum(x[:, a:b] @ (x[:, a:b].T @ W) for a, b in g)
+        np.testing.assert_allclose(acc[0], ref, rtol=1e-4, atol=1e-3)
+    reads = [line.split() for line in log.read_text().splitlines()]
+    runs = {0: [], 1: []}
+    for first, t0, t1 in reads:
+        runs[int(first) // 20].append((float(t0), float(t1)))
+    a, b = sorted(runs.values())
+    assert len(a) == len(b) == 2
+    assert max(t for _, t in a) <= min(t for t, _ in b)  # one task's reads, then the other's
 
 
 def test_a_client_without_workers_puts_no_restriction_on_the_group_tasks():
