@@ -20,12 +20,10 @@ References
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -572,6 +570,8 @@ def tsqr(
     """
     Y = Y.rechunk({0: row_chunks, 1: -1})
     l = Y.shape[1]
+    # the graph as it is: optimised, it lost the annotations of its tasks (the group
+    # tasks' worker restrictions, :class:`_BlockPasses`)
     ys = list(Y.to_delayed(optimize_graph=False).ravel())
     exact = exact or not persist or with_r
     if not exact:
@@ -915,20 +915,6 @@ def _group_pass(
     ``sketch``: Σ X_j Ω_j; ``power``: Σ X_j (X_jᵀ W); ``times``: Σ X_j W_j (W: m × l);
     ``transpose``: [X_jᵀ W, …]; ``power_and_transpose``: (Σ X_j (X_jᵀ W), [X_jᵀ W, …]).
     """
-    with _products_turn():
-        return _group_products(z, spans, kind, W, omega, l, dtype)
-
-
-def _group_products(
-    z: Any,
-    spans: list[tuple[int, int]],
-    kind: str,
-    W: Any,
-    omega: _TestMatrix,
-    l: int,
-    dtype: Any,
-) -> Any:
-    """The work of :func:`_group_pass`."""
     n = z.shape[0]
     W = [_aligned(w) for w in W] if isinstance(W, list) else _aligned(W)
     # the transpose pass keeps its blocks apart: no n × l buffers for it; the sketch adds
@@ -955,42 +941,6 @@ def _group_products(
         assert acc is not None
         return acc[None], out
     return out if acc is None else acc[None]
-
-
-@contextmanager
-def _products_turn() -> Iterator[None]:
-    """Within a distributed worker: leave the worker's thread pool (``secede``), then
-    wait for this worker's turn to run group products, one per worker thread at a time,
-    in the order the tasks started.
-
-    A group task holds a worker thread for seconds (3.5 s for 16.5 subjects × 250 time
-    points at rank 200, 40 s at full scale), and with two splits' SVDs at once the
-    other split's next steps (its sums, the QR of its basis: 0.01–0.2 s tasks whose
-    inputs are on this worker) waited behind it: in a 33-subject task stream the
-    workers ran no group product for 2.8 s of a 17–19 s stage. Outside the pool the
-    worker runs those small tasks at once, beside the products, and starts the next
-    group task, which waits here for its turn with its inputs fetched. Elsewhere (no
-    distributed worker) nothing changes.
-    """
-    try:
-        from distributed import get_worker, secede
-
-        worker = get_worker()
-    except (ImportError, ValueError):
-        yield
-        return
-    with _TURNS_LOCK:
-        turns = _TURNS.get(worker)
-        if turns is None:
-            turns = _TURNS[worker] = threading.Semaphore(max(1, worker.state.nthreads))
-    secede()
-    with turns:
-        yield
-
-
-#: each worker's turns at group products (a semaphore of its thread count)
-_TURNS: weakref.WeakKeyDictionary[Any, threading.Semaphore] = weakref.WeakKeyDictionary()
-_TURNS_LOCK = threading.Lock()
 
 
 def _read_ahead(z: Any, spans: list[tuple[int, int]]) -> Iterator[tuple[tuple[int, int], Any]]:
