@@ -238,7 +238,6 @@ def test_group_task_i_asks_for_worker_thread_i_and_lets_others_take_it(store):
     basis's QR optimised the graph of the sums). The scheduler once queued both of a
     pass's group tasks on the worker holding most of their inputs while the other sat
     idle until one was stolen. Without a client there is no restriction."""
-    from distributed import Client, LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     from lsd_dask.linalg.randomized import _BlockPasses, _TestMatrix
@@ -257,16 +256,10 @@ def test_group_task_i_asks_for_worker_thread_i_and_lets_others_take_it(store):
                 ts = self.scheduler.tasks[key]
                 self.seen.append((sorted(ts.worker_restrictions or ()), ts.loose_restrictions))
 
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=":0",
-        ) as cluster,
-        Client(cluster) as client,
-    ):  # fmt: skip
+    with _two_workers() as client:
         client.wait_for_workers(2)
-        plugin = Restrictions(cluster.scheduler)
-        cluster.scheduler.add_plugin(plugin, name="restrictions")
+        plugin = Restrictions(client.cluster.scheduler)
+        client.cluster.scheduler.add_plugin(plugin, name="restrictions")
         _, s, _ = randomized_svd(blocks, 6, n_power_iter=2, random_state=0,
                                  sketch_columns=100, return_vt=False)  # fmt: skip
         workers = sorted(client.nthreads())
