@@ -25,9 +25,10 @@ References
 Notes
 -----
 Memory: per iteration one pass over X computes the new assignment and every K-sized
-statistic (per-cluster weighted sums, squared weights, counts, residual maxima) in one
-``dask.compute``; the state carried between passes is two length-n vectors (label and
-coefficient of each sample) and the K × d centres.
+statistic (per-cluster weighted sums, squared weights, counts) in one ``dask.compute``
+(the samples' residuals, for an empty cluster's new centre, only when a cluster is
+empty); the state carried between passes is two length-n vectors (label and coefficient
+of each sample) and the K × d centres.
 """
 
 from __future__ import annotations
@@ -593,35 +594,53 @@ def _assign_and_stats(
 ) -> list[tuple[np.ndarray, np.ndarray, dict[str, Any]]]:
     """Compute candidate assignments with their statistics in one ``dask.compute``.
 
-    For each (labels, coefficients) candidate (lazy for dask X): per-cluster weighted sums,
-    and each sample's residual ``||x_i - s̄_i d_{l_i}||^2`` under the current centres (for
-    re-initialising empty clusters). Dask shares X's blocks between all of them, so X is
-    read once per iteration. ``P = X Dᵀ``, where the candidates came from it, gives each
-    sample's product with its own centre without another pass over X.
+    For each (labels, coefficients) candidate (lazy for dask X): per-cluster weighted sums.
+    Dask shares X's blocks between all of them, so X is read once per iteration. Each
+    sample's residual ``||x_i - s̄_i d_{l_i}||^2`` under the current centres, which only
+    re-initialising an empty cluster needs, is ``stats["resid"]()``: made when asked for,
+    since its product of each sample with its own centre is a pass over X of its own
+    (about a fifth of a K = 50 iteration on full-size features), not for every candidate
+    of every iteration. ``P = X Dᵀ``, where the candidates came from it, gives that product
+    without the pass.
     """
-    dn2 = np.sum(D * D, axis=1)
-    sq = rows_like(row_sq, X)
     lazy = []
     for lab, sb in candidates:
-        sums = cluster_sums(X, lab, k, weights=sb)
-        proj = own_centre_projection(X, lab, D) if P is None else _own_column(P, lab)
-        dsq = _lookup(dn2, lab)
-        resid = sq - 2.0 * sb * proj + sb**2 * dsq
-        lazy += [lab, sb, sums, resid]
+        lazy += [lab, sb, cluster_sums(X, lab, k, weights=sb)]
     done = compute(*lazy)
     out = []
     for j in range(len(candidates)):
-        lab, sb, sums, resid = done[4 * j : 4 * j + 4]
+        lab, sb, sums = done[3 * j : 3 * j + 3]
         lab = np.asarray(lab, np.int64)
         sb = np.asarray(sb, np.float64)
         stats = {
             "sums": np.asarray(sums, np.float64),
             "ss": np.bincount(lab, weights=sb**2, minlength=k),
             "counts": np.bincount(lab, minlength=k),
-            "resid": np.asarray(resid, np.float64),
+            "resid": _Residuals(X, lab, sb, D, row_sq, P),
         }
         out.append((lab, sb, stats))
     return out
+
+
+@dataclass(frozen=True)
+class _Residuals:
+    """``||x_i - s̄_i d_{l_i}||^2`` for every sample, computed when called (float64)."""
+
+    X: Array
+    labels: np.ndarray
+    sbar: np.ndarray
+    D: np.ndarray
+    row_sq: np.ndarray
+    P: Any = None
+
+    def __call__(self) -> np.ndarray:
+        X, lab, sb = self.X, self.labels, self.sbar
+        if self.P is None:
+            (proj,) = compute(own_centre_projection(X, lab, self.D))
+        else:
+            (proj,) = compute(_own_column(self.P, lab))
+        dsq = np.sum(self.D * self.D, axis=1)[lab]
+        return np.asarray(self.row_sq - 2.0 * sb * np.asarray(proj, np.float64) + sb**2 * dsq)
 
 
 def _reinit_empty(
@@ -632,7 +651,7 @@ def _reinit_empty(
     if empty.size == 0:
         return labels, sbar, stats
     labels, sbar = labels.copy(), sbar.copy()
-    resid = stats["resid"].copy()
+    resid = stats["resid"]()
     counts = stats["counts"].copy()
     sums, ss = stats["sums"].copy(), stats["ss"].copy()
     for c in empty:
@@ -651,7 +670,7 @@ def _reinit_empty(
         ss[c] += 1.0
         counts[c] += 1
         resid[i] = -np.inf
-    return labels, sbar, {"sums": sums, "ss": ss, "counts": counts, "resid": resid}
+    return labels, sbar, {"sums": sums, "ss": ss, "counts": counts}
 
 
 def _update_centres(

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from lsd_dask import metrics
 from lsd_dask.cluster import DirectionalClustering, directional_assign, select_n_clusters
-from lsd_dask.cluster.directional import PATIENCE
+from lsd_dask.cluster.directional import PATIENCE, _Residuals
 from lsd_dask.datasets import blumensath_dataset, blumensath_table_data, brain_grid
 
 
@@ -72,6 +72,30 @@ def test_empty_cluster_reinitialised():
     m = DirectionalClustering(4, init=centres, random_state=0).fit(X)
     assert np.unique(m.labels_).size == 4
     assert metrics.nmi(m.labels_, lab) == pytest.approx(1.0)
+
+
+def test_empty_cluster_reinitialised_alike_on_dask_input():
+    # the residuals that pick the new centre's sample are made only then, on either input
+    X, lab = blumensath_dataset(1, 0.0, n_features=20, n_samples=40, n_clusters=4, random_state=2)
+    centres = np.stack([X[lab == c][0] for c in range(4)])
+    centres[3] = centres[2]
+    a = DirectionalClustering(4, init=centres, random_state=0).fit(X)
+    b = DirectionalClustering(4, init=centres, random_state=0).fit(da.from_array(X, chunks=15))
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), k=st.integers(1, 6))
+def test_residuals_match_their_definition(seed, k):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((50, 7))
+    D = rng.standard_normal((k, 7))
+    lab = rng.integers(0, k, 50)
+    sb = rng.uniform(0, 2, 50)
+    row_sq = (X * X).sum(axis=1)
+    dense = ((X - sb[:, None] * D[lab]) ** 2).sum(axis=1)  # ||x_i - s̄_i d_{l_i}||²
+    for Xs, P in ((X, None), (da.from_array(X, chunks=20), None), (X, X @ D.T)):
+        np.testing.assert_allclose(_Residuals(Xs, lab, sb, D, row_sq, P)(), dense, atol=1e-9)
 
 
 def test_svd_init_and_predict():
