@@ -155,6 +155,21 @@ def test_dcbc_equals_the_dense_reference(seed):
     np.testing.assert_allclose(lazy, r, atol=1e-12)
 
 
+def test_dcbc_leaves_out_background_vertices_as_the_dense_reference_does():
+    """Pairs with an end off every parcel (label 0) count in no bin, within or between."""
+    X, truth, V, A = _planted(frequency=8, seed=3)
+    X = (X - X.mean(1, keepdims=True)) / X.std(1, keepdims=True)
+    pairs = ev.geodesic_pairs(V, A, max_dist=35.0)
+    D = shortest_path(_edge_lengths(V, A), directed=False)
+    r = ev.pair_correlations(ev.unit_series(X), pairs)
+    labels = truth.copy()
+    labels[np.random.default_rng(3).random(labels.size) < 0.2] = 0
+    got = ev.dcbc(labels, pairs, r, bin_width=5.0)
+    assert got.value == pytest.approx(_dense_dcbc(X, labels, D, 35.0, 5.0), abs=1e-10)
+    kept = (labels[pairs.rows] > 0) & (labels[pairs.cols] > 0)
+    assert got.n_within.sum() + got.n_between.sum() == np.count_nonzero(kept)
+
+
 def test_random_parcels_score_dcbc_about_zero_however_smooth_the_data():
     """Smooth data with no parcels in it: random contiguous parcels give DCBC near 0,
     since within and between pairs are compared at the same distance."""
@@ -341,15 +356,18 @@ def test_spin_null_is_reproducible_and_shares_its_spins_across_data_sets():
     assert a.z_scores(truth, Ak) != shared  # the data did change
 
 
-def test_pca_homogeneity_of_parcels_wider_than_the_lanczos_threshold_is_the_eigenvalue():
-    """Parcels and series both over 200 wide go through Lanczos: still numpy's value."""
-    X, _, _, A = _planted(frequency=12, k=3, T=260, seed=2)
+@pytest.mark.parametrize("T", [260, 900])
+def test_pca_homogeneity_of_parcels_wider_than_the_lanczos_threshold_is_the_eigenvalue(T):
+    """Parcels and series both over 200 wide go through Lanczos, on the series' side
+    (parcels wider than T = 260) and on the parcels' side (T = 900): still numpy's value."""
+    X, _, _, A = _planted(frequency=12, k=3, T=T, seed=2)
     labels = grow_regions(A, 3, random_state=2) + 1
+    sizes = np.bincount(labels)[1:]
     ref = [
         np.linalg.eigvalsh(np.corrcoef(X[labels == p]))[-1] / np.sum(labels == p)
         for p in (1, 2, 3)
     ]
-    assert min(np.bincount(labels)[1:]) > 260
+    assert min(sizes) > 260 and (min(sizes) > T) == (T == 260) and max(sizes) < 900
     assert ev.pca_homogeneity(ev.unit_series(X), labels) == pytest.approx(np.mean(ref), abs=1e-9)
 
 

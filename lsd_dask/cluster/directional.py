@@ -43,7 +43,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._validation import Array, RandomState, check_array, compute, is_dask, warn
 from ..linalg.reductions import cluster_sums, own_centre_projection, rows_like
-from ..similarity import unit_rows
+from ..similarity import squared_row_norms, unit_rows
 from ._base import ClusterBase, _n_features, eager_labels
 from ._init import kmeanspp_rows
 from ._spatial import check_connectivity, potts_phase
@@ -339,7 +339,7 @@ def _fit_directional(
     n, d = X.shape
     need_gram = normalize == "S" or (isinstance(init, str) and init == "svd")
     row_sq, G, colsum = compute(
-        (X * X).sum(axis=1), X.T @ X if need_gram else None, X.sum(axis=0) if need_gram else None
+        squared_row_norms(X), X.T @ X if need_gram else None, X.sum(axis=0) if need_gram else None
     )
     row_sq = np.asarray(row_sq, np.float64)  # constant: computed once, n floats
     sqnorm_total = float(row_sq.sum())
@@ -436,7 +436,7 @@ def _potts(
 ) -> tuple[_Result, list[float]]:
     """The spatial phase: ICM on each sample's cost saving per centre, then the
     least-squares centre update, from the plain iterations' result."""
-    (row_sq,) = compute((X * X).sum(axis=1))
+    (row_sq,) = compute(squared_row_norms(X))
     row_sq = np.asarray(row_sq, np.float64)
     total = float(row_sq.sum())
     state = {"D": res.D, "sbar": res.sbar}

@@ -25,7 +25,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._validation import Array, RandomState, check_array, compute, is_dask, warn
 from ..linalg.reductions import cluster_sums, own_centre_projection
-from ..similarity import unit_rows
+from ..similarity import squared_row_norms, unit_rows
 from ._base import ClusterBase, _n_features, eager_labels
 from ._bounds import AngleBounds
 from ._init import kmeanspp_rows
@@ -411,7 +411,7 @@ class KEVD(SphericalKMeans):
 def _nearest_centre(X: Array, C: np.ndarray) -> tuple[Any, Any]:
     """Label and squared distance of each row's nearest centre (numpy or lazy dask)."""
     # ||x - c||^2 = ||x||^2 - 2 x·c + ||c||^2, as one GEMM
-    d2 = (X * X).sum(axis=1)[:, None] - 2.0 * (X @ C.T) + np.sum(C * C, axis=1)
+    d2 = squared_row_norms(X)[:, None] - 2.0 * (X @ C.T) + np.sum(C * C, axis=1)
     return d2.argmin(axis=1), d2.min(axis=1)
 
 
