@@ -8,7 +8,8 @@ combined adjacency is block diagonal and no edge crosses the midline.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -380,12 +381,29 @@ def grow_sized_regions(
     ]
     active = [r for r in range(target.size) if frontier[r] and count[r] < limit[r]]
     draws = _BoundedDraws.of(rng)
-    draw = rng.integers if draws is None else draws
+    # Lemire's first step here, its rare rejections in ``bounded``: a call less per draw;
+    # another bit generator than PCG64 keeps numpy's own draws (nxt None)
+    nxt = None if draws is None else draws.next32
+    bounded = None if draws is None else draws.bounded
     while active:
-        k = int(draw(len(active)))
+        h = len(active)
+        if h == 1:
+            k = 0
+        elif nxt is None:
+            k = int(rng.integers(h))
+        else:
+            m = nxt() * h
+            k = m >> 32 if m & 0xFFFFFFFF >= h else _rejected(bounded, m, h)
         r = active[k]
         f = frontier[r]
-        j = int(draw(len(f)))
+        h = len(f)
+        if h == 1:
+            j = 0
+        elif nxt is None:
+            j = int(rng.integers(h))
+        else:
+            m = nxt() * h
+            j = m >> 32 if m & 0xFFFFFFFF >= h else _rejected(bounded, m, h)
         v = f[j]
         f[j] = f[-1]
         f.pop()
@@ -399,6 +417,12 @@ def grow_sized_regions(
     if draws is not None:
         draws.close()
     return np.array(out, np.int64)
+
+
+def _rejected(bounded: Callable[[int, int], int] | None, m: int, high: int) -> int:
+    """:meth:`_BoundedDraws.bounded` where the first product's low bits fell below high."""
+    assert bounded is not None  # set wherever the first step is made here
+    return bounded(m, high)
 
 
 def icosphere(frequency: int = 8, *, radius: float = 100.0) -> Mesh:
@@ -644,23 +668,28 @@ class _BoundedDraws:
 
     numpy draws a scalar below 2³² by Lemire's method on the bit generator's 32-bit
     outputs, which PCG64 hands out as the low, then the high half of each 64-bit one;
-    this takes the 64-bit outputs in bulk (``random_raw``) and makes the same steps in
-    Python. :meth:`close` leaves the generator as the calls to ``integers`` would have:
-    its 64-bit state advanced by the outputs used, the unused half kept. Only for PCG64,
-    numpy's default (:meth:`of` gives None for another bit generator); a test compares
-    the values and the state after with numpy's own calls.
+    this takes the 64-bit outputs in bulk (``random_raw``), splits them into those halves
+    and makes the same steps in Python. :attr:`next32` is the stream's next 32-bit
+    output; a caller may make Lemire's first step itself (``m = next32() * high``, kept
+    when its low 32 bits are at least ``high``) and hand any other ``m`` to
+    :meth:`bounded`, as :func:`grow_sized_regions` does. :meth:`close` leaves the
+    generator as the calls to ``integers`` would have: its 64-bit state advanced by the
+    outputs used, the unused half kept. Only for PCG64, numpy's default (:meth:`of` gives
+    None for another bit generator); a test compares the values and the state after with
+    numpy's own calls.
     """
 
     _CHUNK = 1 << 16
 
     def __init__(self, bg: np.random.PCG64) -> None:
         self._bg = bg
-        self._start = self._bg.state
-        self._half: int | None = self._start["uinteger"] if self._start["has_uint32"] else None
-        self._uinteger = int(self._start["uinteger"])  # what numpy's buffer holds
-        self._raw: list[int] = []
-        self._next = 0
-        self._used = 0  # 64-bit outputs taken from the stream before self._raw
+        self._start = bg.state
+        # numpy's buffered high half, when a 64-bit output's low half was the last drawn
+        self._buffered = [int(self._start["uinteger"])] if self._start["has_uint32"] else []
+        self._halves: list[int] = self._buffered
+        self._it = iter(self._halves)
+        self._chunks = 0  # bulk reads made
+        self.next32 = self._stream().__next__
 
     @classmethod
     def of(cls, rng: np.random.Generator) -> _BoundedDraws | None:
@@ -671,35 +700,45 @@ class _BoundedDraws:
         """A uniform integer in ``[0, high)``, ``1 <= high < 2**32``."""
         if high == 1:  # numpy returns the only value without a draw
             return 0
-        m = self._u32() * high
+        return self.bounded(self.next32() * high, high)
+
+    def bounded(self, m: int, high: int) -> int:
+        """Lemire's method from its first product ``m = next32() * high``: its high 32 bits,
+        unless its low ones fall below the rejection threshold (then more draws)."""
         left = m & 0xFFFFFFFF
         if left < high:
             threshold = (0xFFFFFFFF - (high - 1)) % high
             while left < threshold:
-                m = self._u32() * high
+                m = self.next32() * high
                 left = m & 0xFFFFFFFF
         return m >> 32
 
-    def _u32(self) -> int:
-        """The bit generator's next 32-bit output."""
-        if self._half is not None:
-            v, self._half = self._half, None
-            return v
-        if self._next == len(self._raw):
-            self._used += len(self._raw)
-            self._raw = self._bg.random_raw(self._CHUNK).tolist()
-            self._next = 0
-        v = self._raw[self._next]
-        self._next += 1
-        self._half = self._uinteger = v >> 32
-        return int(v & 0xFFFFFFFF)
+    def _stream(self) -> Iterator[int]:
+        while True:
+            yield from self._it
+            raw = self._bg.random_raw(self._CHUNK)
+            halves = np.empty(2 * raw.size, np.uint64)
+            halves[0::2] = raw & np.uint64(0xFFFFFFFF)
+            halves[1::2] = raw >> np.uint64(32)
+            self._halves = halves.tolist()
+            self._it = iter(self._halves)
+            self._chunks += 1
 
     def close(self) -> None:
         """Leave the bit generator where numpy's own draws would have left it."""
-        self._bg.state = self._start
-        self._bg.advance(self._used + self._next)
-        self._bg.state = {
-            **self._bg.state,
-            "has_uint32": int(self._half is not None),
-            "uinteger": self._uinteger,
-        }
+        taken = len(self._halves) - operator.length_hint(self._it)  # of the current list
+        b = len(self._buffered)
+        # 32-bit halves taken from 64-bit outputs drawn here
+        halves = taken if self._chunks == 0 else 2 * self._CHUNK * (self._chunks - 1) + taken
+        halves = halves - b if self._chunks == 0 else halves
+        state: Any = dict(self._start)
+        if halves > 0:
+            self._bg.state = self._start
+            self._bg.advance((halves + 1) // 2)
+            state = dict(self._bg.state)
+            # numpy buffers each output's high half, and keeps its value once used
+            state["uinteger"] = self._halves[(taken - 1) | 1]
+            state["has_uint32"] = halves % 2
+        elif b and taken:  # only numpy's buffered half was used
+            state["has_uint32"] = 0
+        self._bg.state = state
