@@ -727,10 +727,8 @@ class _BoundedDraws:
     def close(self) -> None:
         """Leave the bit generator where numpy's own draws would have left it."""
         taken = len(self._halves) - operator.length_hint(self._it)  # of the current list
-        b = len(self._buffered)
-        # 32-bit halves taken from 64-bit outputs drawn here
-        halves = taken if self._chunks == 0 else 2 * self._CHUNK * (self._chunks - 1) + taken
-        halves = halves - b if self._chunks == 0 else halves
+        # 32-bit halves taken from the 64-bit outputs drawn here (numpy's buffered one apart)
+        halves = 2 * self._CHUNK * (self._chunks - 1) + taken if self._chunks else 0
         state: Any = dict(self._start)
         if halves > 0:
             self._bg.state = self._start
@@ -739,6 +737,6 @@ class _BoundedDraws:
             # numpy buffers each output's high half, and keeps its value once used
             state["uinteger"] = self._halves[(taken - 1) | 1]
             state["has_uint32"] = halves % 2
-        elif b and taken:  # only numpy's buffered half was used
+        elif self._buffered and taken:  # only numpy's buffered half was used
             state["has_uint32"] = 0
         self._bg.state = state
