@@ -381,8 +381,10 @@ def grow_sized_regions(
     ]
     active = [r for r in range(target.size) if frontier[r] and count[r] < limit[r]]
     draws = _BoundedDraws.of(rng)
-    # Lemire's first step here, its rare rejections in ``bounded``: a call less per draw;
-    # another bit generator than PCG64 keeps numpy's own draws (nxt None)
+    # Lemire's first step here, its rare rejections in ``bounded``: a call less per draw.
+    # The step is written out at both draws of the loop on purpose: a helper would put back
+    # a call per draw, which was most of their cost. Another bit generator than PCG64 keeps
+    # numpy's own draws (nxt None)
     nxt = None if draws is None else draws.next32
     bounded = None if draws is None else draws.bounded
     while active:
