@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +44,7 @@ from ._validation import Array
 
 __all__ = [
     "active_client",
+    "one_blas_thread_beside_workers",
     "task_location",
     "io_slot",
     "finished",
@@ -285,6 +287,28 @@ def active_client() -> Client | None:
         return get_client()
     except ValueError:  # no client in this process
         return None
+
+
+@contextmanager
+def one_blas_thread_beside_workers(client: Client | None) -> Iterator[None]:
+    """This process's BLAS and OpenMP pools on one thread while ``client``'s workers run
+    on this machine too (a LocalCluster, or a ``slurm-runner`` task beside workers); as
+    they were otherwise, and again after the block.
+
+    The workers own the cores: Dask starts each with one BLAS thread per task thread. The
+    client's own linear algebra (the SVD's l × l steps between passes, while the other
+    split's tasks run) is small, but OpenBLAS's threads on busy cores make it very slow:
+    on 2 cores with both busy, a 1,010 × 1,010 SVD took 10.3 s on 2 threads against
+    0.9 s on one, and a 2,020 × 1,010 QR up to 15.6 s against 0.4–0.5 s (0.5 and 0.2 s
+    on idle cores either way).
+    """
+    if client is None or not _workers_share_this_host(client):
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        yield
 
 
 def scattered_rows(X: Array, chunk: int | Sequence[int]) -> Any:
@@ -669,3 +693,23 @@ def _remote(address: str, timeout: float, security: dict[str, Any] | None) -> Cl
 
 def _underscored(d: dict[str, Any]) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in d.items() if v is not None}
+
+
+def _workers_share_this_host(client: Client) -> bool:
+    """Whether any of ``client``'s workers listens on an address of this machine."""
+    try:
+        workers = client.scheduler_info().get("workers", {})
+    except Exception:  # a client that cannot say (closing): leave the threads alone
+        return False
+    hosts = {str(w.get("host") or "") for w in workers.values()}
+    return bool(hosts & _this_hosts())
+
+
+def _this_hosts() -> set[str]:
+    """The names and addresses this machine answers to (loopback included)."""
+    names = {"localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()}
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None)
+    except OSError:  # a host name that does not resolve: the names above only
+        infos = []
+    return names | {str(info[4][0]) for info in infos}

@@ -410,3 +410,35 @@ def test_io_slot_outside_a_worker_just_runs_the_block():
     with io_slot():
         ran.append(threading.current_thread())
     assert ran == [threading.current_thread()]
+
+
+def _blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def test_the_client_runs_blas_on_one_thread_beside_its_local_workers(proc_cluster):
+    """Workers on this machine (127.0.0.1): the client's BLAS pools on one thread inside
+    the block and as they were after it; without a client nothing changes."""
+    from threadpoolctl import threadpool_limits
+
+    from lsd_dask.distributed import one_blas_thread_beside_workers
+
+    with threadpool_limits(2):
+        before = _blas_threads()
+        assert before  # numpy's BLAS is seen
+        with connect(proc_cluster.address, log=None) as client:
+            client.wait_for_workers(2, timeout=60)
+            with one_blas_thread_beside_workers(client):
+                assert _blas_threads() == [1] * len(before)
+                # the linear algebra still gives the same answer
+                a = np.random.default_rng(0).standard_normal((300, 300))
+                np.testing.assert_allclose(
+                    np.linalg.svd(a, compute_uv=False)[0] ** 2,
+                    np.linalg.eigvalsh(a.T @ a)[-1],
+                    rtol=1e-10,
+                )
+            assert _blas_threads() == before
+        with one_blas_thread_beside_workers(None):
+            assert _blas_threads() == before

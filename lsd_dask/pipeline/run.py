@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from .. import __version__
-from ..distributed import PausedWorkers, active_client
+from ..distributed import PausedWorkers, active_client, one_blas_thread_beside_workers
 from ..io.lock import WorkLock
 from . import plan
 from ._log import log_file
@@ -76,8 +76,10 @@ def _run(ctx: RunContext, command: str | None, t_start: float) -> dict[str, Any]
     cfg, log = ctx.cfg, ctx.log
     timings: dict[str, float] = {}
     try:
-        # workers paused over their memory for a minute end the run (they never resume)
-        with PausedWorkers(active_client()):
+        # workers paused over their memory for a minute end the run (they never resume);
+        # workers on this machine own its cores: the client's linear algebra on one thread
+        client = active_client()
+        with PausedWorkers(client), one_blas_thread_beside_workers(client):
             for stage in plan.STAGES:
                 t0 = time.perf_counter()
                 if run_stage(stage, ctx):
