@@ -202,15 +202,21 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
 
 
 class StageMeter:
-    """Peak resident memory of the client and of each worker, and the bytes they read from
-    and wrote to disk, sampled every ``interval`` seconds and attributed to the stage whose
-    log line came last (:meth:`log` receives the pipeline's lines)."""
+    """Peak resident memory of the client and of each worker, the bytes they read from
+    and wrote to disk, and the CPU seconds they used, sampled every ``interval`` seconds
+    and attributed to the stage whose log line came last (:meth:`log` receives the
+    pipeline's lines). The client's CPU includes the LocalCluster's scheduler, which runs
+    in the same process."""
 
     def __init__(self, interval: float = 0.5) -> None:
         self.stage = "preflight"
         self.interval = interval
         self.usage = {
-            s: {"client_peak": 0, "worker_peak": {}, "read": 0, "written": 0} for s in STAGES
+            s: {
+                "client_peak": 0, "worker_peak": {}, "read": 0, "written": 0,
+                "client_cpu": 0.0, "worker_cpu": 0.0,
+            }  # fmt: skip
+            for s in STAGES
         }
         self.lines: list[str] = []
 
@@ -243,6 +249,7 @@ class StageMeter:
         pids = client.run(os.getpid)
         procs = {"client": psutil.Process()} | {a: psutil.Process(p) for a, p in pids.items()}
         last = {name: _io_bytes(p) for name, p in procs.items()}
+        cpu = {name: _cpu_seconds(p) for name, p in procs.items()}
         stop = threading.Event()
 
         def sample() -> None:
@@ -252,11 +259,14 @@ class StageMeter:
                     try:
                         rss = p.memory_info().rss
                         io = _io_bytes(p)
+                        used = _cpu_seconds(p)
                     except psutil.Error:
                         continue
                     u["read"] += io[0] - last[name][0]
                     u["written"] += io[1] - last[name][1]
                     last[name] = io
+                    u["client_cpu" if name == "client" else "worker_cpu"] += used - cpu[name]
+                    cpu[name] = used
                     if name == "client":
                         u["client_peak"] = max(u["client_peak"], rss)
                     else:
@@ -369,9 +379,9 @@ def print_table(w: int, r: dict) -> None:
     )
     print(
         "| stage | seconds | bound (s) | client peak (GB) | worker peaks (GB) | read (GB) "
-        "| written (GB) |"
+        "| written (GB) | CPU s: client, workers |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for stage in STAGES:
         u = r["usage"][stage]
         sec = r["timings_s"].get(stage)
@@ -380,9 +390,10 @@ def print_table(w: int, r: dict) -> None:
         print(
             f"| {stage} | {'–' if sec is None else f'{sec:.0f}'} | "
             f"{'–' if bound is None else f'{bound:.0f}'} | {u['client_peak'] / 1e9:.2f} | "
-            f"{peaks} | {u['read'] / 1e9:.1f} | {u['written'] / 1e9:.1f} |"
+            f"{peaks} | {u['read'] / 1e9:.1f} | {u['written'] / 1e9:.1f} | "
+            f"{_cpu_cell(u)} |"
         )
-    print(f"| total | {r['total_s']:.0f} | | | | | |")
+    print(f"| total | {r['total_s']:.0f} | | | | | | |")
     ratios = [
         f"{stage} {r['timings_s'][stage] / bound:.2f}x"
         + (f" ({r['timings_s'][stage] / r['burst_bounds_s'][stage]:.2f}x the burst's)"
@@ -413,6 +424,20 @@ def _io_bytes(p) -> tuple[int, int]:
         return int(fields["read_bytes"]), int(fields["write_bytes"])
     except (OSError, KeyError, ValueError):
         return 0, 0
+
+
+def _cpu_seconds(p) -> float:
+    """User + system CPU seconds of process ``p`` (its threads, not its children)."""
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def _cpu_cell(u: dict) -> str:
+    """A stage's client and workers' CPU seconds (absent in results saved before they
+    were counted)."""
+    if "client_cpu" not in u:
+        return "–"
+    return f"{u['client_cpu']:.1f}, {u['worker_cpu']:.1f}"
 
 
 def disk_rates(folder: Path, nbytes: int = 2 * 2**30) -> dict[str, float]:
