@@ -748,7 +748,10 @@ class _DaskPasses:
         Bt = da.blockwise(
             _transpose_times, "jl", X, "ij", Q, "il", concatenate=False, dtype=X.dtype,
         )  # fmt: skip
-        (Bt,) = compute(Bt)
+        # unoptimised, as every other pass submits X (tsqr's ``to_delayed``): optimised,
+        # X's chunk keys came back fused under the same names with other inputs, and a
+        # distributed scheduler that still knew the old ones left a task waiting forever
+        (Bt,) = dask_compute(Bt, optimize_graph=False)
         return np.asarray(Bt)
 
     def times(self, W: np.ndarray) -> Any:
