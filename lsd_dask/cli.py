@@ -195,6 +195,13 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
     help=f"SVD rank (overrides `svd.rank`; default {_DEFAULTS['svd']['rank']}).",
 )
 @click.option(
+    "--spins",
+    type=int,
+    default=None,
+    help="Spins per parcellation for the held-out measures' z (overrides `spins`; default "
+    f"{_DEFAULTS['spins']}; 0: none, for a quick first look).",
+)
+@click.option(
     "--svd-method",
     type=click.Choice(["randomized", "streaming"]),
     default=None,
@@ -218,6 +225,7 @@ def run(
     ks: tuple[int, ...],
     methods: tuple[str, ...],
     rank: int | None,
+    spins: int | None,
     svd_method: str | None,
 ) -> None:
     """Run the split-half parcellation pipeline described by PIPELINE (YAML), or on the
@@ -250,6 +258,7 @@ def run(
         ks=list(ks) or None,
         methods=list(methods) or None,
         svd=svd or None,
+        spins=spins,
         work=work if work is None or "://" in work else str(Path(work).resolve()),
     )
     if scheduler is None and _serve_slurm_task(cluster_file, cfg.cluster):

@@ -78,14 +78,21 @@ class ProcessCluster:
         return p
 
     def close(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        """Stop the workers, then the scheduler.
+
+        In that order because a worker whose scheduler has gone first spends seconds
+        trying to reach it before it exits (2–8 s a cluster, against about 1 s)."""
+        workers, scheduler = self.procs[1:], self.procs[:1]
+        for group in (workers, scheduler):
+            for p in group:
+                if p.poll() is None:
+                    p.terminate()
+            for p in group:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
 
 
 def temporary_tls_files(folder: Path) -> dict[str, str]:

@@ -46,9 +46,11 @@ def test_one_command_equals_the_explicit_pipeline_file(tree, tmp_path):
     args = ["run", "--bids", str(tree), "--participant-label", "001,002"]
     args += ["--participant-label", "sub-004 005", "--denoise", "scrubbing"]
     args += ["--k", "5", "--method", "directional", "--rank", "10", "--out", str(out)]
+    args += ["--spins", "0"]  # the held-out measures without their spin nulls
     res = CliRunner().invoke(cli.main, args)
     assert res.exit_code == 0, res.output
     report = json.loads((out / "report.json").read_text())
+    assert report["config"]["spins"] == 0
     # ids from the sub- entity, the filtered participants only, sorted halves
     assert report["config"]["splits"] == {
         "split1": ["sub-001", "sub-002"],
