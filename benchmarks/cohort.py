@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.end_to_end import STAGES, StageMeter, svd_passes
+from benchmarks.end_to_end import STAGES, StageMeter, sustained_gflops, svd_passes
 
 N_VERTICES = 2 * 32492
 
@@ -67,6 +67,15 @@ def main() -> None:
         help="run every cohort this many times, the sizes in turn (33, 66, …, 33, 66, …), "
         "so that a drift of the machine falls on every size alike; each cohort's row is "
         "its run with the median ingest + SVD seconds, and the table gives every run's",
+    )
+    ap.add_argument(
+        "--gemm-seconds",
+        type=float,
+        default=8.0,
+        help="before each run, the float32 GEMM rate as many one-thread processes as workers "
+        "sustain for this long on the SVD's products (0: none); the table then gives the "
+        "SVD against its GEMM bound run by run, which a drift of the machine's speed does "
+        "not move",
     )
     ap.add_argument(
         "--no-warm",
@@ -117,11 +126,17 @@ def main() -> None:
     runs: dict[int, list[dict[str, Any]]] = {s: [] for s in sorted(args.subjects)}
     for _ in range(args.repeat):
         for s in runs:
+            # the machine's speed just before the run: what the SVD's products can do
+            gemm = None
+            if args.gemm_seconds > 0:
+                gemm = sustained_gflops(
+                    args.workers, seconds=args.gemm_seconds, t=args.timepoints, l=args.rank + 10
+                )
             cmd = [sys.executable, "-m", "benchmarks.cohort", "--child", str(s), *sys.argv[1:]]
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
             if proc.returncode != 0:
                 sys.exit(f"the {s}-subject run failed (its log is above)")
-            runs[s].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            runs[s].append({**json.loads(proc.stdout.strip().splitlines()[-1]), "gemm": gemm})
             print_row(s, runs[s][-1])
     results = {s: median_run(r) for s, r in runs.items()}
     (args.root / "cohort.json").write_text(json.dumps(results, indent=2))
@@ -139,13 +154,34 @@ def ingest_svd_per_subject(r: dict[str, Any]) -> float:
     return ingest_svd_seconds(r) / (2 * r["subjects_per_split"])
 
 
+def ingest_svd_cpu_per_subject(r: dict[str, Any]) -> float:
+    """The CPU seconds of mask + ingest and the SVD per subject, the client's process
+    (with the LocalCluster's scheduler) and the workers' together: the work, whatever the
+    schedule left idle."""
+    u = r["usage"]
+    cpu = sum(u[st]["client_cpu"] + u[st]["worker_cpu"] for st in ("mask_ingest", "svd"))
+    return float(cpu) / (2 * r["subjects_per_split"])
+
+
+def svd_over_bound(r: dict[str, Any]) -> float | None:
+    """The SVD's seconds over its GEMM bound (its dense products at the rate measured
+    just before the run, on all the workers): a drift of the machine's speed moves both."""
+    if not r.get("gemm"):
+        return None
+    return float(r["timings_s"]["svd"] / (r["svd_flops"] / (r["gemm"] * 1e9)))
+
+
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median ingest + SVD seconds per subject (the lower middle one of
-    an even number), with every run's figure under ``"ingest_svd_runs"``."""
+    an even number), with every run's figures: ingest + SVD seconds and CPU seconds per
+    subject, and the SVD against its GEMM bound."""
     ranked = sorted(runs, key=ingest_svd_per_subject)
     return {
         **ranked[(len(ranked) - 1) // 2],
         "ingest_svd_runs": [ingest_svd_per_subject(r) for r in runs],
+        "ingest_svd_cpu_runs": [ingest_svd_cpu_per_subject(r) for r in runs],
+        "svd_bound_runs": [svd_over_bound(r) for r in runs],
+        "gemm_runs": [r.get("gemm") for r in runs],
     }
 
 
@@ -373,6 +409,9 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
             + " |"
         )
     print(f"| ingest + svd: largest / smallest | {max(both) / min(both):.3f} |")
+    _print_runs(results, sizes, "ingest_svd_cpu_runs", "ingest + svd: CPU s/subj", "{:.3f}")
+    _print_runs(results, sizes, "gemm_runs", "GEMM before the run (GFLOP/s)", "{:.0f}")
+    _print_runs(results, sizes, "svd_bound_runs", "svd / its GEMM bound", "{:.2f}")
     if len(sizes) > 1:
         fixed, per_subject = fixed_and_marginal(results)
         steps = marginal_steps(results)
@@ -402,6 +441,21 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
         ("report bytes / subject", lambda r: r["report_bytes"] / (2 * r["subjects_per_split"])),
     ]:
         print(f"| {label} | " + " | ".join(f"{f(results[s]):.2f}" for s in sizes) + " |")
+
+
+def _print_runs(
+    results: dict[int, dict[str, Any]], sizes: list[int], key: str, label: str, fmt: str
+) -> None:
+    """A row of each size's median over its runs, then a row of every run's figure, and
+    the largest median over the smallest."""
+    runs = {s: [v for v in results[s].get(key, []) if v is not None] for s in sizes}
+    if not all(runs.values()):
+        return
+    medians = [float(np.median(runs[s])) for s in sizes]
+    print(f"| {label}: median | " + " | ".join(fmt.format(m) for m in medians) + " |")
+    cells = [", ".join(fmt.format(v) for v in runs[s]) for s in sizes]
+    print(f"| {label}: every run | " + " | ".join(cells) + " |")
+    print(f"| {label}: largest / smallest median | {max(medians) / min(medians):.3f} |")
 
 
 def fixed_and_marginal(results: dict[int, dict[str, Any]]) -> tuple[float, float]:
