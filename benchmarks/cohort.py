@@ -69,6 +69,12 @@ def main() -> None:
         "its run with the median ingest + SVD seconds, and the table gives every run's",
     )
     ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="drop the page cache before each run (root), so that every run reads its "
+        "inputs from disk",
+    )
+    ap.add_argument(
         "--gemm-seconds",
         type=float,
         default=8.0,
@@ -126,6 +132,13 @@ def main() -> None:
     runs: dict[int, list[dict[str, Any]]] = {s: [] for s in sorted(args.subjects)}
     for _ in range(args.repeat):
         for s in runs:
+            # the last run's writes settled, so that none is written back during this one
+            # (a 264-subject run leaves 34 GB of deleted stores: the 33-subject run after it
+            # paid up to 0.1 s a subject more in ingest), and with --cold the inputs dropped
+            # from the page cache, so that every run reads them from disk
+            os.sync()
+            if args.cold:
+                Path("/proc/sys/vm/drop_caches").write_text("3\n")
             # the machine's speed just before the run: what the SVD's products can do
             gemm = None
             if args.gemm_seconds > 0:
