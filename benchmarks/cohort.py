@@ -133,9 +133,8 @@ def main() -> None:
     for _ in range(args.repeat):
         for s in runs:
             # the last run's writes settled, so that none is written back during this one
-            # (a 264-subject run leaves 34 GB of deleted stores: the 33-subject run after it
-            # paid up to 0.1 s a subject more in ingest), and with --cold the inputs dropped
-            # from the page cache, so that every run reads them from disk
+            # (a 264-subject run writes 34 GB of stores), and with --cold the inputs
+            # dropped from the page cache, so that every run reads them from disk
             os.sync()
             if args.cold:
                 Path("/proc/sys/vm/drop_caches").write_text("3\n")
