@@ -44,7 +44,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.end_to_end import STAGES, StageMeter, sustained_gflops, svd_passes
+from benchmarks.end_to_end import (
+    STAGES,
+    StageMeter,
+    fresh_memory_seconds,
+    sustained_gflops,
+    svd_passes,
+)
 
 N_VERTICES = 2 * 32492
 
@@ -144,11 +150,14 @@ def main() -> None:
                 gemm = sustained_gflops(
                     args.workers, seconds=args.gemm_seconds, t=args.timepoints, l=args.rank + 10
                 )
+            # and what memory the run takes from the free pool costs on this machine
+            fresh = fresh_memory_seconds()
             cmd = [sys.executable, "-m", "benchmarks.cohort", "--child", str(s), *sys.argv[1:]]
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
             if proc.returncode != 0:
                 sys.exit(f"the {s}-subject run failed (its log is above)")
-            runs[s].append({**json.loads(proc.stdout.strip().splitlines()[-1]), "gemm": gemm})
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            runs[s].append({**result, "gemm": gemm, "fresh_s_per_gib": fresh})
             print_row(s, runs[s][-1])
     results = {s: median_run(r) for s, r in runs.items()}
     (args.root / "cohort.json").write_text(json.dumps(results, indent=2))
@@ -175,6 +184,17 @@ def ingest_svd_cpu_per_subject(r: dict[str, Any]) -> float:
     return float(cpu) / (2 * r["subjects_per_split"])
 
 
+def ingest_svd_sys_per_subject(r: dict[str, Any]) -> float | None:
+    """The system part of :func:`ingest_svd_cpu_per_subject` (None in results saved before
+    it was counted): the kernel's work for the processes, where a machine that returns
+    its free memory to its host charges each page a run takes from the free pool."""
+    u = r["usage"]
+    if "worker_sys" not in u["svd"]:
+        return None
+    cpu = sum(u[st]["client_sys"] + u[st]["worker_sys"] for st in ("mask_ingest", "svd"))
+    return float(cpu) / (2 * r["subjects_per_split"])
+
+
 def svd_over_bound(r: dict[str, Any]) -> float | None:
     """The SVD's seconds over its GEMM bound (its dense products at the rate measured
     just before the run, on all the workers): a drift of the machine's speed moves both."""
@@ -185,16 +205,26 @@ def svd_over_bound(r: dict[str, Any]) -> float | None:
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median ingest + SVD seconds per subject (the lower middle one of
-    an even number), with every run's figures: ingest + SVD seconds and CPU seconds per
-    subject, and the SVD against its GEMM bound."""
+    an even number), with every run's figures: ingest + SVD seconds, CPU seconds and
+    system CPU seconds per subject, the SVD against its GEMM bound, and the machine's
+    readings before the run."""
     ranked = sorted(runs, key=ingest_svd_per_subject)
     return {
         **ranked[(len(ranked) - 1) // 2],
         "ingest_svd_runs": [ingest_svd_per_subject(r) for r in runs],
         "ingest_svd_cpu_runs": [ingest_svd_cpu_per_subject(r) for r in runs],
+        "ingest_svd_sys_runs": [ingest_svd_sys_per_subject(r) for r in runs],
+        "ingest_svd_user_runs": [_user(r) for r in runs],
+        "fresh_s_per_gib_runs": [r.get("fresh_s_per_gib") for r in runs],
         "svd_bound_runs": [svd_over_bound(r) for r in runs],
         "gemm_runs": [r.get("gemm") for r in runs],
     }
+
+
+def _user(r: dict[str, Any]) -> float | None:
+    """The user part of :func:`ingest_svd_cpu_per_subject`: the pipeline's own work."""
+    kernel = ingest_svd_sys_per_subject(r)
+    return None if kernel is None else ingest_svd_cpu_per_subject(r) - kernel
 
 
 def write_inputs(inputs: Path, n_subjects: int, timepoints: int) -> None:
@@ -422,7 +452,12 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
         )
     print(f"| ingest + svd: largest / smallest | {max(both) / min(both):.3f} |")
     _print_runs(results, sizes, "ingest_svd_cpu_runs", "ingest + svd: CPU s/subj", "{:.3f}")
+    _print_runs(results, sizes, "ingest_svd_user_runs", "of which user", "{:.3f}")
+    _print_runs(results, sizes, "ingest_svd_sys_runs", "of which system", "{:.3f}")
     _print_runs(results, sizes, "gemm_runs", "GEMM before the run (GFLOP/s)", "{:.0f}")
+    _print_runs(
+        results, sizes, "fresh_s_per_gib_runs", "fresh memory before the run (s/GiB)", "{:.2f}"
+    )
     _print_runs(results, sizes, "svd_bound_runs", "svd / its GEMM bound", "{:.2f}")
     if len(sizes) > 1:
         fixed, per_subject = fixed_and_marginal(results)

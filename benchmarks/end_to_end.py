@@ -203,10 +203,10 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
 
 class StageMeter:
     """Peak resident memory of the client and of each worker, the bytes they read from
-    and wrote to disk, and the CPU seconds they used, sampled every ``interval`` seconds
-    and attributed to the stage whose log line came last (:meth:`log` receives the
-    pipeline's lines). The client's CPU includes the LocalCluster's scheduler, which runs
-    in the same process."""
+    and wrote to disk, and the CPU seconds they used (and of those, the system's), sampled
+    every ``interval`` seconds and attributed to the stage whose log line came last
+    (:meth:`log` receives the pipeline's lines). The client's CPU includes the
+    LocalCluster's scheduler, which runs in the same process."""
 
     def __init__(self, interval: float = 0.5) -> None:
         self.stage = "preflight"
@@ -214,7 +214,7 @@ class StageMeter:
         self.usage = {
             s: {
                 "client_peak": 0, "worker_peak": {}, "read": 0, "written": 0,
-                "client_cpu": 0.0, "worker_cpu": 0.0,
+                "client_cpu": 0.0, "worker_cpu": 0.0, "client_sys": 0.0, "worker_sys": 0.0,
             }  # fmt: skip
             for s in STAGES
         }
@@ -265,7 +265,9 @@ class StageMeter:
                     u["read"] += io[0] - last[name][0]
                     u["written"] += io[1] - last[name][1]
                     last[name] = io
-                    u["client_cpu" if name == "client" else "worker_cpu"] += used - cpu[name]
+                    who = "client" if name == "client" else "worker"
+                    u[f"{who}_cpu"] += used[0] - cpu[name][0]
+                    u[f"{who}_sys"] += used[1] - cpu[name][1]
                     cpu[name] = used
                     if name == "client":
                         u["client_peak"] = max(u["client_peak"], rss)
@@ -426,10 +428,11 @@ def _io_bytes(p) -> tuple[int, int]:
         return 0, 0
 
 
-def _cpu_seconds(p) -> float:
-    """User + system CPU seconds of process ``p`` (its threads, not its children)."""
+def _cpu_seconds(p) -> tuple[float, float]:
+    """User + system CPU seconds of process ``p`` (its threads, not its children), and the
+    system part alone: what the kernel did for it (the page cache's copies, page faults)."""
     t = p.cpu_times()
-    return float(t.user + t.system)
+    return float(t.user + t.system), float(t.system)
 
 
 def _cpu_cell(u: dict) -> str:
@@ -438,6 +441,25 @@ def _cpu_cell(u: dict) -> str:
     if "client_cpu" not in u:
         return "–"
     return f"{u['client_cpu']:.1f}, {u['worker_cpu']:.1f}"
+
+
+def fresh_memory_seconds(gib: float = 1.0) -> float:
+    """Seconds per GiB that a new process takes to touch memory for the first time (a
+    float32 array of ``gib`` GiB filled with ones, in a child process).
+
+    A machine's figure, not the pipeline's: on an idle machine about 0.2–0.4 s. On a
+    virtual machine whose guest returns its free memory to the host (free page
+    reporting), memory freed a moment earlier (a page cache dropped, a run's files
+    deleted) must be given back by the host page by page on its next use: 2.5–3 s per GiB
+    on the AVX-512 development machine, all of it system time. Every page a run takes
+    from free memory (its inputs' and stores' page cache, its workers' arrays) pays that.
+    """
+    code = (
+        "import time, numpy as np; t = time.perf_counter(); "
+        f"np.ones(int({gib} * 2**28), np.float32); print(time.perf_counter() - t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip()) / gib
 
 
 def disk_rates(folder: Path, nbytes: int = 2 * 2**30) -> dict[str, float]:
