@@ -13,7 +13,8 @@ cache) read in 0.065 s against 0.149 s through ``get_basic_selection`` on the de
 machine (one thread), and the SVD's passes read every subject once each.
 
 :func:`write_rows` writes such an array's shard files as zarr-python writes them, byte for
-byte (tested), from the subject's own rows. Any other array (compressed, another codec
+byte (tested), from the subject's own rows, or from rows made an inner chunk at a time as
+they are written (:class:`RowBlocks`: ingest's standardised series, never held whole). Any other array (compressed, another codec
 chain, a store that is not a local folder) gets ``None`` from :func:`local_layout`, and
 its reader and writer go through zarr.
 """
@@ -21,12 +22,13 @@ its reader and writer go through zarr.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ShardLayout", "local_layout", "read_rows", "write_rows"]
+__all__ = ["RowBlocks", "ShardLayout", "local_layout", "read_rows", "write_rows"]
 
 #: an inner chunk the shard does not hold (never written: it reads as the fill value)
 _EMPTY = np.uint64(2**64 - 1)
@@ -47,6 +49,25 @@ class ShardLayout:
     inner_rows: int
     dtype: np.dtype
     fill_value: float
+
+
+@dataclass(frozen=True)
+class RowBlocks:
+    """An array made a block of rows at a time, for a writer to store as it is made.
+
+    ``fill(start, stop, out)`` writes rows ``start:stop`` into ``out`` (C-ordered,
+    ``stop - start`` rows); a writer asks for each row once, in order. A task that
+    standardises a subject then holds a block of it, not a second copy of all of it.
+    """
+
+    shape: tuple[int, int]
+    fill: Callable[[int, int, np.ndarray], None]
+
+    def array(self, dtype: Any = np.float32) -> np.ndarray:
+        """All the rows, made at once."""
+        out = np.empty(self.shape, dtype)
+        self.fill(0, self.shape[0], out)
+        return out
 
 
 def local_layout(a: Any) -> ShardLayout | None:
@@ -157,52 +178,57 @@ def read_rows(
     return out
 
 
-def write_rows(layout: ShardLayout, x: np.ndarray) -> None:
+def write_rows(layout: ShardLayout, x: np.ndarray | RowBlocks) -> None:
     """Write the whole array ``x`` (``layout.shape``) into its shard files, as zarr-python
     writes it: each inner chunk's values (the array's last chunk padded with the fill
     value) and their CRC32C, then the shard's index of (offset, nbytes) and its CRC32C.
 
-    One ``writev`` per shard from ``x``'s own rows, where zarr's write copies each chunk
-    into its buffers and the shard into another: the split writer stores a full-scale
-    subject (64,984 × 1,000 float32, 260 MB) in 0.30 s against 0.56 s through zarr, into
-    the page cache (``benchmarks/store_read.py``).
+    Each inner chunk is written from ``x``'s own rows, where zarr's write copies each
+    chunk into its buffers and the shard into another: the split writer stores a
+    full-scale subject (64,984 × 1,000 float32, 260 MB) in 0.30 s against 0.56 s through
+    zarr, into the page cache (``benchmarks/store_read.py``). With :class:`RowBlocks`,
+    each inner chunk is made into one reused buffer just before it is written, so the
+    whole array is never held.
     Every shard is written whole by this call only, so concurrent tasks writing other
     subjects never share a shard. Inner chunks wholly past the array's last row are not
     stored (their index entries say so), as zarr leaves them.
     """
-    import google_crc32c
-
     n, t = layout.shape
-    x = np.ascontiguousarray(x, layout.dtype)
     if x.shape != (n, t):
         raise ValueError(f"{x.shape} values for an array of {(n, t)}")
-    inner, itemsize = layout.inner_rows, layout.dtype.itemsize
+    inner = layout.inner_rows
     per_shard = layout.shard_rows // inner
-    nbytes = inner * t * itemsize + 4
-    flat = x.reshape(-1).view(np.uint8)
+    nbytes = inner * t * layout.dtype.itemsize + 4
+    made = x if isinstance(x, RowBlocks) else None
+    a = np.ascontiguousarray(x, layout.dtype) if made is None else None
+    buf = np.empty((min(inner, n), t), layout.dtype) if made is not None else None
     for s, path in enumerate(layout.shard_files):
-        pieces: list[Any] = []
         index = np.full((per_shard, 2), _EMPTY, "<u8")
-        offset = 0
-        for j in range(per_shard):
-            r0 = (s * per_shard + j) * inner
-            if r0 >= n:
-                break
-            r1 = min(r0 + inner, n)
-            values = flat[r0 * t * itemsize : r1 * t * itemsize]
-            if r1 - r0 < inner:  # the array's edge: the chunk is stored whole, padded
-                padded = np.full((inner, t), layout.fill_value, layout.dtype)
-                padded[: r1 - r0] = x[r0:r1]
-                values = padded.reshape(-1).view(np.uint8)
-            pieces += [values, np.uint32(google_crc32c.value(values)).astype("<u4").tobytes()]
-            index[j] = offset, nbytes
-            offset += nbytes
-        raw = index.reshape(-1).view(np.uint8)
-        pieces += [raw, np.uint32(google_crc32c.value(raw)).astype("<u4").tobytes()]
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
-            _write_all(fd, pieces)
+            offset = 0
+            for j in range(per_shard):
+                r0 = (s * per_shard + j) * inner
+                if r0 >= n:
+                    break
+                r1 = min(r0 + inner, n)
+                if made is not None and buf is not None:
+                    made.fill(r0, r1, buf[: r1 - r0])
+                    block = buf
+                else:
+                    assert a is not None
+                    block = a[r0:r1]
+                if r1 - r0 < inner:  # the array's edge: the chunk is stored whole, padded
+                    padded = np.full((inner, t), layout.fill_value, layout.dtype)
+                    padded[: r1 - r0] = block[: r1 - r0]
+                    block = padded
+                values = block.reshape(-1).view(np.uint8)
+                _write_all(fd, [values, _crc(values)])
+                index[j] = offset, nbytes
+                offset += nbytes
+            raw = index.reshape(-1).view(np.uint8)
+            _write_all(fd, [raw, _crc(raw)])
         finally:
             os.close(fd)
 
@@ -230,8 +256,13 @@ def _index(fd: int, chunks: int, path: str) -> np.ndarray:
     return raw[:-4].view("<u8").reshape(chunks, 2)
 
 
-def _checked(data: np.ndarray) -> bool:
-    """Whether ``data``'s last 4 bytes are the CRC32C (little-endian) of the rest."""
+def _crc(data: np.ndarray) -> bytes:
+    """The CRC32C of ``data``, as the ``crc32c`` codec stores it (4 bytes, little-endian)."""
     import google_crc32c
 
-    return bool(np.uint32(google_crc32c.value(data[:-4])).tobytes() == data[-4:].tobytes())
+    return bytes(np.uint32(google_crc32c.value(data)).astype("<u4").tobytes())
+
+
+def _checked(data: np.ndarray) -> bool:
+    """Whether ``data``'s last 4 bytes are the CRC32C (little-endian) of the rest."""
+    return _crc(data[:-4]) == data[-4:].tobytes()

@@ -55,7 +55,7 @@ import numpy as np
 import zarr
 
 from .atomic import atomic_path
-from .local_shards import local_layout, read_rows, write_rows
+from .local_shards import RowBlocks, local_layout, read_rows, write_rows
 from .storage import Folder, is_local
 
 __all__ = [
@@ -213,18 +213,33 @@ class SplitWriter:
     #: rows per inner chunk of a shard; default: about 32 MB of the subject's run
     inner_chunk: int | None = None
 
-    def write(self, index: int, subject: str, x: np.ndarray, *, finite: bool = False) -> int:
+    @property
+    def streams(self) -> bool:
+        """Whether :meth:`write` makes :class:`~lsd_dask.io.local_shards.RowBlocks` an inner
+        chunk at a time as it writes them (a local, uncompressed store, whose shard files
+        it writes itself), rather than whole first (through zarr)."""
+        return self.compressor is None and is_local(self.path) and hasattr(os, "preadv")
+
+    def write(
+        self, index: int, subject: str, x: np.ndarray | RowBlocks, *, finite: bool = False
+    ) -> int:
         """Store subject number ``index`` (n_rows × T, finite); return its T. ``finite``:
-        the caller has checked that x holds no NaN or inf (a pass over x fewer)."""
-        x = np.asarray(x)
-        if x.ndim != 2 or x.shape[0] != self.n_rows:
+        the caller has checked that x holds no NaN or inf (a pass over x fewer). ``x`` as
+        :class:`~lsd_dask.io.local_shards.RowBlocks` is made block by block as it is
+        written into a local, uncompressed store (whole first into any other)."""
+        if isinstance(x, RowBlocks) and not finite:  # to be checked: made whole first
+            x = x.array()
+        elif not isinstance(x, RowBlocks):
+            x = np.asarray(x)
+        if len(x.shape) != 2 or x.shape[0] != self.n_rows:
             raise ValueError(
                 f"subject {subject!r} has shape {x.shape}; expected ({self.n_rows}, T)."
             )
-        if not finite and not np.isfinite(x).all():
+        if not finite and isinstance(x, np.ndarray) and not np.isfinite(x).all():
+            bad = int((~np.isfinite(x)).any(axis=1).sum())
             raise ValueError(
-                f"subject {subject!r}: {int((~np.isfinite(x)).any(axis=1).sum())} vertices "
-                f"hold NaN or inf values; nothing was written to {self.path}."
+                f"subject {subject!r}: {bad} vertices hold NaN or inf values; nothing was "
+                f"written to {self.path}."
             )
         t = int(x.shape[1])
         inner, shard = shard_rows(self.n_rows, t, self.vertex_chunk, self.inner_chunk)
@@ -248,7 +263,8 @@ class SplitWriter:
             if layout is not None:  # a local, uncompressed store: straight into its files
                 write_rows(layout, x)
             else:
-                arr[:] = x.astype(np.float32, copy=False)
+                whole = x.array() if isinstance(x, RowBlocks) else x
+                arr[:] = whole.astype(np.float32, copy=False)
         except OSError as err:  # a full disk says nothing of where: say it
             need = x.shape[0] * t * 4
             raise OSError(

@@ -266,8 +266,9 @@ def _run(
 
 
 def _memory_message(cfg: PipelineConfig, s: Any, sizes: list[int], kept: Any) -> str:
-    """What a lost ingest worker needed: the subject in float32 twice (read and written),
-    and with preprocessing three float64 copies."""
+    """What a lost ingest worker needed: the subject in float32 and as much again (the
+    reader's buffers; the next subject, read while this one is written), and with
+    preprocessing three float64 copies."""
     rows = int(kept.sum()) if kept is not None else sum(sizes)
     t = s.time_slice[1] - s.time_slice[0] if s.time_slice else None
     per = f"{rows} vertices x {t} time points" if t else f"{rows} vertices x T"

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..distributed import io_slot, task_location
+from ..io.local_shards import RowBlocks
 from ..io.surface_files import load_subject, release_cache
 from ..io.zarr_store import SplitWriter
 from .config import PipelineConfig
@@ -86,11 +87,20 @@ def read_subject(
         x = x if rows is None else x[rows]
         x = preprocess_subject(cfg.preprocess, s, x.astype(np.float64), smoothing)
         rows = None
-    x, flat, unfinished = _standardise(x, rows)
-    if unfinished.any():  # NaN or inf made by preprocessing (the input was checked above)
+    blocks, flat, unfinished = _standardised(x, rows)
+    # made as the store is written where the writer can (the task holds x and a block),
+    # else whole now, x let go (preprocessing's float64 x is twice the float32 result)
+    made = blocks if writer.streams and x.dtype.itemsize <= 4 else blocks.array()
+    del x, blocks
+    with io_slot():  # the next subject is read while this one is written
+        if _aborted(abort):
+            return stats
+        # finite unless preprocessing made a NaN (the input was checked)
+        writer.write(index, s.subject, made, finite=True)
+    if unfinished.any():  # the run fails, and its split stores are not kept
         raise ValueError(
             f"subject {s.subject}: {int(unfinished.sum())} vertices hold NaN or inf values "
-            f"after preprocessing; nothing was written to {writer.path}."
+            f"after preprocessing; the split store {writer.path} is not kept."
         )
     # a vertex the mask drops (bad here) stays 0; a good one flattened by preprocessing
     # is an error once the mask says it is kept
@@ -98,9 +108,6 @@ def read_subject(
     if flat.any() and kept is not None:
         _raise_flat(s.subject, int(flat.sum()), int(np.flatnonzero(kept)[np.argmax(flat)]))
     stats["flat"] = np.flatnonzero(flat)
-    with io_slot():  # the next subject is read while this one is written
-        if not _aborted(abort):
-            writer.write(index, s.subject, x, finite=True)  # checked by _standardise
     return stats
 
 
@@ -133,37 +140,41 @@ def _scan(x: np.ndarray, block: int = _BLOCK_ROWS) -> tuple[np.ndarray, np.ndarr
     return nonfinite, constant
 
 
-def _standardise(
+def _standardised(
     x: np.ndarray, rows: np.ndarray | None = None, block: int = _BLOCK_ROWS
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows ``rows`` of x (all of them when None) demeaned and scaled to unit variance (in
-    float64, a block of rows at a time, so a task holds the subject in float32 twice
-    rather than in float64), as float32; the rows without variance (left at 0); and the
-    rows that are not finite (a NaN or inf in x's row makes its standard deviation NaN).
+) -> tuple[RowBlocks, np.ndarray, np.ndarray]:
+    """Rows ``rows`` of x (all of them when None) demeaned and scaled to unit variance,
+    made as float32 a block of rows at a time as a writer asks for them; the rows
+    without variance (left at 0); and the rows that are not finite (a NaN or inf in x's
+    row makes its standard deviation NaN). The two flags are complete once every row has
+    been made.
 
-    The block stays in the cache through its passes, and the rows are taken block by
-    block: no copy of the kept rows first, no second pass to check the result is finite.
-    0.10 s for a 64,984 × 1,000 subject on one thread, against 0.25–0.37 s with 4,096
-    rows and ``np.std``.
+    Each piece is worked in float64, ``block`` rows at a time, so that it stays in the
+    cache through its passes; the rows are taken piece by piece: no copy of the kept rows
+    first, no second pass to check the result is finite. 0.10 s for a 64,984 × 1,000
+    subject on one thread, against 0.25–0.37 s with 4,096 rows and ``np.std``. Made as
+    the store is written, a task holds the subject once, not a float32 copy of it too.
     """
     m = x.shape[0] if rows is None else len(rows)
-    out = np.empty((m, x.shape[1]), np.float32)
+    n = x.shape[1]
     flat = np.zeros(m, bool)
     unfinished = np.zeros(m, bool)
-    n = x.shape[1]
     buf = np.empty((min(block, m), n), np.float64)
-    with np.errstate(invalid="ignore"):  # a non-finite row is flagged, not warned of
-        for a in range(0, m, block):
-            b = min(a + block, m)
-            xb = buf[: b - a]
-            xb[...] = x[a:b] if rows is None else x[rows[a:b]]
-            xb -= xb.mean(axis=1, keepdims=True)
-            sd = np.sqrt(np.einsum("ij,ij->i", xb, xb) / max(n, 1))
-            flat[a:b] = sd == 0
-            unfinished[a:b] = ~np.isfinite(sd)
-            xb /= np.where(sd == 0, 1.0, sd)[:, None]
-            out[a:b] = xb
-    return out, flat, unfinished
+
+    def fill(start: int, stop: int, out: np.ndarray) -> None:
+        with np.errstate(invalid="ignore"):  # a non-finite row is flagged, not warned of
+            for a in range(start, stop, block):
+                b = min(a + block, stop)
+                xb = buf[: b - a]
+                xb[...] = x[a:b] if rows is None else x[rows[a:b]]
+                xb -= xb.mean(axis=1, keepdims=True)
+                sd = np.sqrt(np.einsum("ij,ij->i", xb, xb) / max(n, 1))
+                flat[a:b] = sd == 0
+                unfinished[a:b] = ~np.isfinite(sd)
+                xb /= np.where(sd == 0, 1.0, sd)[:, None]
+                out[a - start : b - start] = xb
+
+    return RowBlocks((m, n), fill), flat, unfinished
 
 
 def _aborted(name: str | None) -> bool:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lsd_dask.io import build_split, zarr_store
-from lsd_dask.io.local_shards import local_layout, read_rows, write_rows
+from lsd_dask.io.local_shards import RowBlocks, local_layout, read_rows, write_rows
 
 
 def _subject(folder, x, shard, inner, compressor=None):
@@ -70,24 +70,40 @@ def test_the_split_writer_writes_the_files_zarr_writes(tmp_path_factory, n, ts, 
     """A local, uncompressed store's subjects go straight into their shard files: every
     file of the store is byte for byte the one zarr's own write makes (partial last
     shards and chunks, inner chunks past the last row left out), and zarr reads the
-    values back."""
+    values back. The same from rows made as they are written (``RowBlocks``), each row
+    asked for once, in order."""
     rng = np.random.default_rng(n * 100 + shard * 10 + inner)
     xs = [rng.standard_normal((n, t)).astype(np.float32) for t in ts]
     stores = {}
-    for direct in (True, False):
+    for how in ("direct", "made", "zarr"):
         folder = tmp_path_factory.mktemp("w") / "s.zarr"
+        asked: dict[int, list[tuple[int, int]]] = {i: [] for i in range(len(xs))}
         with pytest.MonkeyPatch.context() as mp:
-            if not direct:  # every subject through zarr's own write
+            if how == "zarr":  # every subject through zarr's own write
                 mp.setattr(zarr_store, "local_layout", lambda a: None)
             with build_split(folder, n_rows=n, vertex_chunk=shard, inner_chunk=inner) as w:
                 for i, x in enumerate(xs):
-                    w.write(i, f"sub-{i}", x)
+                    w.write(i, f"sub-{i}", _made(x, asked[i]) if how == "made" else x, finite=True)
                 w.finish([f"sub-{i}" for i in range(len(xs))], ts)
-        stores[direct] = _files(folder)
+        stores[how] = _files(folder)
         group = zarr.open_group(str(folder), mode="r")
         for i, x in enumerate(xs):
             np.testing.assert_array_equal(group[f"subject/{i}"][:], x)
-    assert stores[True] == stores[False]
+        if how == "made":  # the rows asked for tile 0…n in order
+            for pieces in asked.values():
+                starts = [a for a, _ in pieces]
+                assert starts == [0, *(b for _, b in pieces[:-1])] and pieces[-1][1] == n
+    assert stores["direct"] == stores["made"] == stores["zarr"]
+
+
+def _made(x, asked):
+    """``x`` as rows made on demand, each request recorded in ``asked``."""
+
+    def fill(a, b, out):
+        asked.append((a, b))
+        out[...] = x[a:b]
+
+    return RowBlocks(x.shape, fill)
 
 
 def test_write_rows_refuses_another_shape(tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsd_dask.pipeline.reading import _scan, _standardise
+from lsd_dask.pipeline.reading import _scan, _standardised
 
 
 @st.composite
@@ -48,14 +48,23 @@ def test_the_scan_finds_the_rows_numpy_finds(case):
 @settings(max_examples=200, deadline=None)
 @given(_subjects(), st.data())
 def test_standardised_rows_match_numpy_on_the_rows_taken(case, data):
-    """Any sorted subset of rows (or all), taken block by block: each finite row with
-    variance as (x - mean) / std in float64, a row without variance 0 and flagged, and
-    a row with a NaN or inf flagged as not finite."""
+    """Any sorted subset of rows (or all), taken block by block and made in pieces of any
+    size (as a writer's inner chunks ask for them): each finite row with variance as
+    (x - mean) / std in float64, a row without variance 0 and flagged, and a row with a
+    NaN or inf flagged as not finite."""
     x, block = case
     n = x.shape[0]
     keep = data.draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=n, max_size=n)))
     rows = None if keep is None else np.flatnonzero(keep)
-    out, flat, unfinished = _standardise(x, rows, block=block)
+    made, flat, unfinished = _standardised(x, rows, block=block)
+    m = made.shape[0]
+    piece = data.draw(st.integers(1, max(m, 1)))
+    out = np.full(made.shape, np.nan, np.float32)
+    for a in range(0, m, piece):
+        b = min(a + piece, m)
+        scratch = np.full((b - a, made.shape[1]), np.nan, np.float32)  # a writer's buffer
+        made.fill(a, b, scratch)
+        out[a:b] = scratch
     taken = (x if rows is None else x[rows]).astype(np.float64)
     assert out.dtype == np.float32 and out.shape == taken.shape
     finite = np.isfinite(taken).all(axis=1)
