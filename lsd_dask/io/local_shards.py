@@ -14,9 +14,9 @@ machine (one thread), and the SVD's passes read every subject once each.
 
 :func:`write_rows` writes such an array's shard files as zarr-python writes them, byte for
 byte (tested), from the subject's own rows, or from rows made an inner chunk at a time as
-they are written (:class:`RowBlocks`: ingest's standardised series, never held whole). Any other array (compressed, another codec
-chain, a store that is not a local folder) gets ``None`` from :func:`local_layout`, and
-its reader and writer go through zarr.
+they are written (:class:`RowBlocks`: ingest's standardised series, never held whole).
+Any other array (compressed, another codec chain, a store that is not a local folder)
+gets ``None`` from :func:`local_layout`, and its reader and writer go through zarr.
 """
 
 from __future__ import annotations
