@@ -199,9 +199,7 @@ def write_rows(layout: ShardLayout, x: np.ndarray | RowBlocks) -> None:
     inner = layout.inner_rows
     per_shard = layout.shard_rows // inner
     nbytes = inner * t * layout.dtype.itemsize + 4
-    made = x if isinstance(x, RowBlocks) else None
-    a = np.ascontiguousarray(x, layout.dtype) if made is None else None
-    buf = np.empty((min(inner, n), t), layout.dtype) if made is not None else None
+    rows_of = _chunk_source(x, layout.dtype, min(inner, n))
     for s, path in enumerate(layout.shard_files):
         index = np.full((per_shard, 2), _EMPTY, "<u8")
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -213,15 +211,10 @@ def write_rows(layout: ShardLayout, x: np.ndarray | RowBlocks) -> None:
                 if r0 >= n:
                     break
                 r1 = min(r0 + inner, n)
-                if made is not None and buf is not None:
-                    made.fill(r0, r1, buf[: r1 - r0])
-                    block = buf
-                else:
-                    assert a is not None
-                    block = a[r0:r1]
+                block = rows_of(r0, r1)
                 if r1 - r0 < inner:  # the array's edge: the chunk is stored whole, padded
                     padded = np.full((inner, t), layout.fill_value, layout.dtype)
-                    padded[: r1 - r0] = block[: r1 - r0]
+                    padded[: r1 - r0] = block
                     block = padded
                 values = block.reshape(-1).view(np.uint8)
                 _write_all(fd, [values, _crc(values)])
@@ -231,6 +224,24 @@ def write_rows(layout: ShardLayout, x: np.ndarray | RowBlocks) -> None:
             _write_all(fd, [raw, _crc(raw)])
         finally:
             os.close(fd)
+
+
+def _chunk_source(
+    x: np.ndarray | RowBlocks, dtype: np.dtype, rows: int
+) -> Callable[[int, int], np.ndarray]:
+    """``rows_of(r0, r1)``: rows ``r0:r1`` of ``x`` as C-ordered ``dtype`` values, a view of
+    the array's own rows, or made into one buffer of ``rows`` rows reused from call to call
+    (its rows are valid until the next call)."""
+    if not isinstance(x, RowBlocks):
+        a = np.ascontiguousarray(x, dtype)
+        return lambda r0, r1: a[r0:r1]
+    made, buf = x, np.empty((rows, x.shape[1]), dtype)
+
+    def rows_of(r0: int, r1: int) -> np.ndarray:
+        made.fill(r0, r1, buf[: r1 - r0])
+        return buf[: r1 - r0]
+
+    return rows_of
 
 
 def _write_all(fd: int, pieces: list[Any]) -> None:

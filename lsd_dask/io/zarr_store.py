@@ -227,10 +227,10 @@ class SplitWriter:
         the caller has checked that x holds no NaN or inf (a pass over x fewer). ``x`` as
         :class:`~lsd_dask.io.local_shards.RowBlocks` is made block by block as it is
         written into a local, uncompressed store (whole first into any other)."""
-        if isinstance(x, RowBlocks) and not finite:  # to be checked: made whole first
-            x = x.array()
-        elif not isinstance(x, RowBlocks):
+        if not isinstance(x, RowBlocks):
             x = np.asarray(x)
+        elif not finite:  # to be checked: made whole first
+            x = x.array()
         if len(x.shape) != 2 or x.shape[0] != self.n_rows:
             raise ValueError(
                 f"subject {subject!r} has shape {x.shape}; expected ({self.n_rows}, T)."
