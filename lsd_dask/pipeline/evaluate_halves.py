@@ -27,12 +27,14 @@ kept between runs: a run that stops in this stage computes them again.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from .. import evaluation as ev
+from ..cluster._init import shared_starts
 from ..io.zarr_store import open_split
 from .blur import chosen_blurs
 from .evaluate import (
@@ -109,12 +111,14 @@ class TimeHalvesStage:
             scored = {h: svd_features(U, s) for h, (U, s) in halves.items()}
             corr = {h: ev.pair_correlations(Z, pairs) for h, Z in scored.items()}
             nulls = spin_nulls(ctx, scored, pairs, corr)
+            starts: OrderedDict[Any, Any] = OrderedDict()  # alike seeds: once per half and K
             for unit in todo:
                 spec, k = unit.item
                 for fitted, other in (("half1", "half2"), ("half2", "half1")):
                     U, s = halves[fitted]
                     est = _estimator(ctx, spec, k, blur.get(split), mesh)
-                    fit = fit_labels(est, svd_features(U, s, spec.features), kept)
+                    with shared_starts(starts):
+                        fit = fit_labels(est, svd_features(U, s, spec.features), kept)
                     results[unit.name][f"{split}_{fitted}_on_{other}"] = held_out_scores(
                         fit["labels"], scored[other], pairs, corr[other], mesh[1], kept,
                         nulls.get(other),

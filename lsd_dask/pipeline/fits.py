@@ -2,11 +2,14 @@
 
 Where a fit runs depends on the features' size and on the cluster:
 
-- **a task per fit** (features over :mod:`.placement`'s in-memory size, on a cluster
-  whose workers hold them comfortably):
+- **a task per fit, or per K** (features over :mod:`.placement`'s in-memory size, on a
+  cluster whose workers hold them comfortably):
   each worker loads a split's features once (from the shared work folder, copied to every
-  worker), and each fit runs as one task in numpy, so independent fits run side by side,
+  worker), and each fit runs in a task in numpy, so independent fits run side by side,
   one per worker thread, at the cost of their arithmetic: no per-iteration round trips.
+  Where there are at least as many K and splits as worker threads, a split's fits at one
+  K share a task, so that the methods that seed alike make their k-means++ start once
+  (:func:`~lsd_dask.cluster._init.shared_starts`).
 - **a Dask graph per fit** (features too large for a worker): the features are scattered
   as row blocks once and every iteration is a graph over them, one fit after another.
 - **in this process**: numpy when the features are small (whatever the scheduler), else
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +32,7 @@ import scipy.sparse as sp
 
 from .. import __version__
 from ..cluster import MeshParcellation
+from ..cluster._init import shared_starts
 from ..distributed import active_client, finished, scattered_rows, task_location
 from . import placement
 from ._log import Log, bar
@@ -86,12 +91,15 @@ class ClusterStage:
                 yield by_job[id(j)], None
             return
         features: dict[Any, Any] = {}
+        starts: OrderedDict[Any, Any] = OrderedDict()  # the methods that seed alike: once per K
         for i, j in enumerate(jobs, 1):
             log(f"[cluster] {bar(i - 1, len(jobs))} next: {j.split} {j.spec.name} K={j.k}")
             if j.which not in features:
                 features.clear()  # one set of features in memory at a time (jobs in order)
                 features[j.which] = _features(wd, j.split, j.spec.features)
-            _save(wd, j, fit_labels(j.est, features[j.which], kept), log, bar(i, len(jobs)))
+            with shared_starts(starts):
+                out = fit_labels(j.est, features[j.which], kept)
+            _save(wd, j, out, log, bar(i, len(jobs)))
             yield by_job[id(j)], None
 
 
@@ -191,21 +199,47 @@ def _fit_as_tasks(
             )  # fmt: skip
     # on every worker: fits then go wherever a thread is free
     client.replicate(list(loads.values()))
+    batches = _batches(todo, sum(client.nthreads().values()))
     futures = {}
     # largest K first, over all splits: the long fits start early and the short ones fill
     # the threads at the end (longest-first scheduling; a fit's cost grows with K). In that
     # order too, as an idle worker starts the first fit it is sent before the rest arrive
-    for j in sorted(todo, key=lambda j: -j.k):
-        key = f"fit_labels-{j.split}-{j.spec.name}-K{j.k}-{uuid.uuid4().hex}"
+    for batch in sorted(batches, key=lambda b: -b[0].k):
+        j = batch[0]
+        names = "-".join(b.spec.name for b in batch)
+        key = f"fit_labels-{j.split}-{names}-K{j.k}-{uuid.uuid4().hex}"
         fit = client.submit(
-            fit_labels, j.est, loads[j.which], shared_kept, key=key, priority=j.k
-        )
-        futures[fit] = j
+            _fit_batch, [b.est for b in batch], loads[j.which], shared_kept, key=key,
+            priority=j.k,
+        )  # fmt: skip
+        futures[fit] = batch
     loads.clear()  # the fits hold the features; they are released as the fits finish
-    log(f"[cluster] {len(futures)} fits as tasks on {len(client.nthreads())} workers")
-    for i, (j, out) in enumerate(finished(client, futures), 1):
-        _save(wd, j, out, log, bar(i, len(futures)))
-        yield j, out
+    log(f"[cluster] {len(todo)} fits as {len(futures)} tasks on {len(client.nthreads())} workers")
+    i = 0
+    for batch, outs in finished(client, futures):
+        for j, out in zip(batch, outs, strict=True):
+            i += 1
+            _save(wd, j, out, log, bar(i, len(todo)))
+            yield j, out
+
+
+def _batches(todo: list[FitJob], threads: int) -> list[list[FitJob]]:
+    """The fits a task each, or a split's fits at one K (on one set of features) a task
+    each where there are at least as many such groups as worker threads: grouped, the
+    methods that seed alike share their start, without leaving a thread idle."""
+    groups: dict[tuple[tuple[str, str], int], list[FitJob]] = {}
+    for j in todo:
+        groups.setdefault((j.which, j.k), []).append(j)
+    if len(groups) < threads:
+        return [[j] for j in todo]
+    return list(groups.values())
+
+
+def _fit_batch(ests: list[MeshParcellation], F: Any, kept: np.ndarray) -> list[dict[str, Any]]:
+    """:func:`fit_labels` of each estimator on the same features, one after another, each
+    k-means++ start made once (a worker's task)."""
+    with shared_starts():
+        return [fit_labels(est, F, kept) for est in ests]
 
 
 def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -106,3 +108,93 @@ def test_near_centres_most_rows_go_unchecked():
     cand = np.flatnonzero(y == 0)[1:4]  # three more rows of blob 0
     rows = _rows_a_candidate_may_take(S, chosen, own, d2, cand, "cosine")
     assert set(y[rows]) <= {0} and rows.size <= 50
+
+
+def _state(rng: np.random.Generator) -> str:
+    return repr(rng.bit_generator.state)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    k=st.integers(2, 30),
+    metric=st.sampled_from(["cosine", "euclidean"]),
+    n=st.sampled_from([150, 24000]),
+)
+def test_a_shared_start_is_the_start_made_again(seed, k, metric, n):
+    """Inside ``shared_starts`` a repeated seeding (the same rows, K, metric and
+    generator state) gives the centres and the generator state that seeding again
+    outside gives, from one stored start (also where the rows are more than the seeding's
+    20,000-row sample)."""
+    import lsd_dask.cluster._init as init
+
+    X, _ = _blobs(10, n // 10, 12, seed=seed % 5, spread=0.3)
+    ref_rng = np.random.default_rng(seed)
+    ref = kmeanspp_rows(X, k, ref_rng, metric=metric)
+    starts: OrderedDict = OrderedDict()
+    with init.shared_starts(starts):
+        got = []
+        for _ in range(3):
+            rng = np.random.default_rng(seed)
+            got.append(kmeanspp_rows(X.copy(), k, rng, metric=metric))
+            assert _state(rng) == _state(ref_rng)
+    assert len(starts) == 1
+    for C in got:
+        np.testing.assert_array_equal(C, ref)
+    got[0][0, 0] += 1.0  # a caller's change to its centres leaves the stored start alone
+    with init.shared_starts(starts):
+        np.testing.assert_array_equal(
+            kmeanspp_rows(X, k, np.random.default_rng(seed), metric=metric), ref
+        )
+
+
+def test_different_rows_seeds_or_k_are_not_shared():
+    """Each different seeding inside one block is its own start, equal to the one made
+    outside; only the repeats are served from the store, and the oldest starts go first
+    once it holds ``MAX_SHARED_STARTS``."""
+    import lsd_dask.cluster._init as init
+
+    X, _ = _blobs(8, 20, 10, seed=0, spread=0.3)
+    Y = X.copy()
+    Y[5] = Y[6]  # one row differs
+    cases = [(X, 5, 0), (X, 5, 1), (X, 6, 0), (Y, 5, 0)]
+    starts: OrderedDict = OrderedDict()
+    with init.shared_starts(starts):
+        for A, k, seed in cases + cases:
+            np.testing.assert_array_equal(
+                kmeanspp_rows(A, k, np.random.default_rng(seed)),
+                _outside(A, k, seed),
+            )
+        assert len(starts) == 4
+        for seed in range(init.MAX_SHARED_STARTS):
+            kmeanspp_rows(X, 3, np.random.default_rng(100 + seed))
+        assert len(starts) == init.MAX_SHARED_STARTS
+    assert init._STARTS.get() is None  # closed: nothing is kept outside a block
+
+
+def _outside(A: np.ndarray, k: int, seed: int) -> np.ndarray:
+    return kmeanspp_rows(A, k, np.random.default_rng(seed))
+
+
+def test_directional_and_spherical_kmeans_seed_alike_and_fit_as_alone():
+    """The pipeline's two default methods make the same start from the same features and
+    random_state, so a block seeds them once; each fit is bit for bit its fit alone."""
+    from lsd_dask.cluster import DirectionalClustering, SphericalKMeans
+    from lsd_dask.cluster._init import shared_starts
+
+    X, _ = _blobs(12, 40, 20, seed=4, spread=0.4)
+    X = X.astype(np.float32) * np.linspace(0.5, 2.0, len(X), dtype=np.float32)[:, None]
+    alone = [
+        DirectionalClustering(12, random_state=3).fit(X),
+        SphericalKMeans(12, random_state=3).fit(X),
+    ]
+    starts: OrderedDict = OrderedDict()
+    with shared_starts(starts):
+        shared = [
+            DirectionalClustering(12, random_state=3).fit(X),
+            SphericalKMeans(12, random_state=3).fit(X),
+        ]
+    assert len(starts) == 1
+    for a, b in zip(alone, shared, strict=True):
+        np.testing.assert_array_equal(a.labels_, b.labels_)
+        np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)

@@ -43,8 +43,8 @@ def in_process(tmp_path_factory, study):
 def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
     in_process, scheduler_address, monkeypatch, as_tasks
 ):
-    """A task per fit (workers of 2 GB hold the features) runs the same numpy fit as a
-    run without a cluster: the same labels. Features too large for that (the factor
+    """A task per split and K (workers of 2 GB hold the features) runs the same numpy
+    fits as a run without a cluster: the same labels. Features too large for that (the factor
     raised) go through Dask graphs instead, with the same parcels found."""
     folder, reference = in_process
     monkeypatch.setattr(placement, "IN_MEMORY_FEATURES_BYTES", 0)  # as if at full size
@@ -76,7 +76,10 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
             "results", f"tasks-{as_tasks}")]  # fmt: skip
         assert json.loads(chosen[0])["fwhm_mm"] == json.loads(chosen[1])["fwhm_mm"]
     if as_tasks:
-        assert any("20 fits as tasks on 2 workers" in ln for ln in lines)
+        # a task per split, K and kind of features (U·Σ: four methods; U: hierarchical
+        # LSD): 8 such groups, at least the 2 worker threads, so each is one task and the
+        # methods that seed alike seed once (their labels are compared below)
+        assert any("20 fits as 8 tasks on 2 workers" in ln for ln in lines)
         assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in fitted} <= workers
         # every worker starts with a fit at the largest K (longest-first scheduling; a
         # worker that runs out may then steal any fit, so only the first is certain)
@@ -87,7 +90,7 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
                 start = min(s["start"] for s in t["startstops"] if s["action"] == "compute")
                 k = int(re.search(r"-K(\d+)-", key).group(1))
                 started.setdefault(t["worker"], []).append((start, k))
-        assert sum(map(len, started.values())) == 20
+        assert sum(map(len, started.values())) == 8
         assert len(started) == 2
         for order in started.values():
             assert min(order)[1] == max(cfg.ks), sorted(order)
@@ -113,3 +116,30 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
             keep = lab > 0
             if "hierarchical" not in name:  # see above
                 assert nmi(lab[keep], reference[name][keep]) > 0.9, name
+
+
+def test_fits_share_a_task_only_where_the_groups_fill_the_threads():
+    """A split's fits at one K, on one kind of features, share a task where there are at
+    least as many such groups as worker threads; with fewer, each fit is a task, so no
+    thread waits while another runs two fits in turn."""
+    from lsd_dask.pipeline.fits import FitJob, _batches
+    from lsd_dask.pipeline.methods import MethodSpec
+
+    specs = [
+        MethodSpec("a", "directional", "us", {}),
+        MethodSpec("b", "spherical_kmeans", "us", {}),
+    ]
+    specs.append(MethodSpec("c", "lsd", "u", {}))
+    jobs = [
+        FitJob(split, spec, k, None, {}, "", "")  # type: ignore[arg-type]
+        for split in ("split1", "split2")
+        for spec in specs
+        for k in (50, 100)
+    ]
+    grouped = _batches(jobs, threads=8)
+    assert len(grouped) == 8  # 2 splits × 2 K × 2 kinds of features
+    for batch in grouped:
+        assert len({(j.split, j.spec.features, j.k) for j in batch}) == 1
+    assert sorted(len(b) for b in grouped) == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert sorted(id(j) for b in grouped for j in b) == sorted(map(id, jobs))
+    assert _batches(jobs, threads=9) == [[j] for j in jobs]

@@ -1,0 +1,124 @@
+"""The cluster stage alone, at a finished run's scale: every fit again, as the run made it.
+
+A finished run's work folder (its U, singular values, mask and records; the split stores
+linked, not copied) is copied to a scratch folder, and the pipeline's cluster stage
+(:class:`lsd_dask.pipeline.fits.ClusterStage`) fits every (split, method, K) of its
+pipeline file again there, on a LocalCluster of one-thread worker processes, as the run
+did. Printed, for each round: the stage's seconds, the workers' CPU seconds, and each
+fit's seconds as the stage logs them; then how many labels are bit for bit the run's.
+
+The run's own labels are never touched. Compare two versions of the library by running
+this file with ``PYTHONPATH`` set to each in turn (the workers inherit it).
+
+Run: ``python benchmarks/cluster_stage.py --pipeline /work/full/study/e2e-2w.yaml
+--scratch /work/cluster-stage --workers 2 --rounds 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")  # the workers' BLAS on one thread, as the pipeline runs it
+
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+
+
+def main() -> None:
+    from lsd_dask.distributed import one_blas_thread_beside_workers
+    from lsd_dask.pipeline import load_config
+    from lsd_dask.pipeline.fits import ClusterStage
+    from lsd_dask.pipeline.preflight import preflight
+    from lsd_dask.pipeline.stages import RunContext
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pipeline", type=Path, required=True, help="the finished run's file")
+    ap.add_argument("--scratch", type=Path, required=True, help="a folder to make (replaced)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--memory-limit", default="4GB", help="per worker")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    run = load_config(args.pipeline)
+    source = run.output / "work"
+    if not (source / "stamps").is_dir():
+        raise SystemExit(f"{source}: no finished run's work folder here (no stamps/)")
+    cfg = load_config(args.pipeline, output=str(args.scratch))
+    _copy_work(source, args.scratch / "work")
+    meshes = preflight(cfg)[0]
+    lib = Path(__import__("lsd_dask").__file__).parent
+    print(f"library: {lib}; {args.workers} one-thread workers, {args.memory_limit} each")
+    with (
+        LocalCluster(
+            n_workers=args.workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=args.memory_limit,
+            host="127.0.0.1",
+            dashboard_address=":0",
+        ) as cluster,
+        Client(cluster) as client,
+        one_blas_thread_beside_workers(client),
+    ):
+        client.wait_for_workers(args.workers)
+        workers = [psutil.Process(p) for p in client.run(os.getpid).values()]
+        for r in range(1, args.rounds + 1):
+            shutil.rmtree(args.scratch / "work" / "labels", ignore_errors=True)
+            lines: list[str] = []
+            ctx = RunContext.open(cfg, lines.append, meshes)
+            try:
+                stage = ClusterStage()
+                units = stage.plan(ctx)
+                cpu0 = sum(_cpu(p) for p in workers)
+                t0 = time.perf_counter()
+                for u, _ in stage.compute(ctx, units):
+                    ctx.wd.record(u.name, u.key, u.outputs)
+                seconds = time.perf_counter() - t0
+                cpu = sum(_cpu(p) for p in workers) - cpu0
+            finally:
+                ctx.close()
+            fits = [m.groups() for ln in lines if (m := _FIT.search(ln))]
+            print(f"round {r}: {len(units)} fits in {seconds:.1f} s; workers' CPU {cpu:.1f} s")
+            for ln in lines:
+                if "fits as" in ln:
+                    print(f"  {ln}")
+            print("  " + "; ".join(f"{s} {m} K={k} {t} s" for s, m, k, t in sorted(fits)))
+        same = [
+            np.array_equal(np.load(p), np.load(source / "labels" / p.name))
+            for p in sorted((args.scratch / "work" / "labels").glob("*.npy"))
+        ]
+        print(f"labels bit for bit the run's: {sum(same)} of {len(same)}")
+
+
+#: a fit's log line: split, method, K, seconds
+_FIT = re.compile(r"\[cluster\] .* (\S+) (\S+) K=(\d+): ([\d.]+) s")
+
+
+def _copy_work(source: Path, dest: Path) -> None:
+    """The work folder without its labels: files copied, the split stores linked."""
+    shutil.rmtree(dest.parent, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for p in source.iterdir():
+        if p.name == "labels":
+            continue
+        if p.suffix == ".zarr":
+            (dest / p.name).symlink_to(p.resolve())
+        elif p.is_dir():
+            shutil.copytree(p, dest / p.name)
+        else:
+            shutil.copy2(p, dest / p.name)
+
+
+def _cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+if __name__ == "__main__":
+    main()
