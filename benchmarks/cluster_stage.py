@@ -3,9 +3,10 @@
 A finished run's work folder (its U, singular values, mask and records; the split stores
 linked, not copied) is copied to a scratch folder, and the pipeline's cluster stage
 (:class:`lsd_dask.pipeline.fits.ClusterStage`) fits every (split, method, K) of its
-pipeline file again there, on a LocalCluster of one-thread worker processes, as the run
-did. Printed, for each round: the stage's seconds, the workers' CPU seconds, and each
-fit's seconds as the stage logs them; then how many labels are bit for bit the run's.
+pipeline file again there, on a LocalCluster of one-thread worker processes started as a
+run starts them. Printed, for each round: the stage's seconds, the workers' CPU seconds
+(user and system), and each fit's seconds as the stage logs them; then how many labels
+are bit for bit the run's.
 
 The run's own labels are never touched. Compare two versions of the library by running
 this file with ``PYTHONPATH`` set to each in turn (the workers inherit it).
@@ -28,11 +29,10 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
-from distributed import Client, LocalCluster  # noqa: E402
 
 
 def main() -> None:
-    from lsd_dask.distributed import one_blas_thread_beside_workers
+    from lsd_dask.distributed import connect, one_blas_thread_beside_workers
     from lsd_dask.pipeline import load_config
     from lsd_dask.pipeline.fits import ClusterStage
     from lsd_dask.pipeline.preflight import preflight
@@ -54,16 +54,13 @@ def main() -> None:
     meshes = preflight(cfg)[0]
     lib = Path(__import__("lsd_dask").__file__).parent
     print(f"library: {lib}; {args.workers} one-thread workers, {args.memory_limit} each")
+    local = {
+        "n_workers": args.workers, "threads_per_worker": 1, "memory_limit": args.memory_limit,
+        "host": "127.0.0.1", "dashboard_address": ":0",
+    }  # fmt: skip
+    # started as a run starts its cluster (its workers' settings included)
     with (
-        LocalCluster(
-            n_workers=args.workers,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=args.memory_limit,
-            host="127.0.0.1",
-            dashboard_address=":0",
-        ) as cluster,
-        Client(cluster) as client,
+        connect({"type": "local", "local": local}, log=None) as client,
         one_blas_thread_beside_workers(client),
     ):
         client.wait_for_workers(args.workers)
@@ -75,16 +72,19 @@ def main() -> None:
             try:
                 stage = ClusterStage()
                 units = stage.plan(ctx)
-                cpu0 = sum(_cpu(p) for p in workers)
+                cpu0 = np.sum([_cpu(p) for p in workers], axis=0)
                 t0 = time.perf_counter()
                 for u, _ in stage.compute(ctx, units):
                     ctx.wd.record(u.name, u.key, u.outputs)
                 seconds = time.perf_counter() - t0
-                cpu = sum(_cpu(p) for p in workers) - cpu0
+                cpu = np.sum([_cpu(p) for p in workers], axis=0) - cpu0
             finally:
                 ctx.close()
             fits = [m.groups() for ln in lines if (m := _FIT.search(ln))]
-            print(f"round {r}: {len(units)} fits in {seconds:.1f} s; workers' CPU {cpu:.1f} s")
+            print(
+                f"round {r}: {len(units)} fits in {seconds:.1f} s; workers' CPU {cpu.sum():.1f} s "
+                f"(user {cpu[0]:.1f}, system {cpu[1]:.1f})"
+            )
             for ln in lines:
                 if "fits as" in ln:
                     print(f"  {ln}")
@@ -115,9 +115,9 @@ def _copy_work(source: Path, dest: Path) -> None:
             shutil.copy2(p, dest / p.name)
 
 
-def _cpu(p: psutil.Process) -> float:
+def _cpu(p: psutil.Process) -> tuple[float, float]:
     t = p.cpu_times()
-    return float(t.user + t.system)
+    return float(t.user), float(t.system)
 
 
 if __name__ == "__main__":
