@@ -1,4 +1,4 @@
-"""The cluster stage alone, at a finished run's scale: every fit again, as the run made it.
+"""The cluster stage (or the SVD stage) alone, at a finished run's scale, as the run made it.
 
 A finished run's work folder (its U, singular values, mask and records; the split stores
 linked, not copied) is copied to a scratch folder, and the pipeline's cluster stage
@@ -6,7 +6,8 @@ linked, not copied) is copied to a scratch folder, and the pipeline's cluster st
 pipeline file again there, on a LocalCluster of one-thread worker processes started as a
 run starts them. Printed, for each round: the stage's seconds, the workers' CPU seconds
 (user and system), and each fit's seconds as the stage logs them; then how many labels
-are bit for bit the run's.
+are bit for bit the run's. ``--stage svd`` makes each split's SVD again instead, from
+the run's stores, and compares its U and singular values.
 
 The run's own labels are never touched. Compare two versions of the library by running
 this file with ``PYTHONPATH`` set to each in turn (the workers inherit it).
@@ -37,6 +38,7 @@ def main() -> None:
     from lsd_dask.pipeline.fits import ClusterStage
     from lsd_dask.pipeline.preflight import preflight
     from lsd_dask.pipeline.stages import RunContext
+    from lsd_dask.pipeline.svd import SvdStage
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pipeline", type=Path, required=True, help="the finished run's file")
@@ -44,6 +46,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-limit", default="4GB", help="per worker")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--stage", choices=["cluster", "svd"], default="cluster",
+        help="svd: the SVD stage instead (each split's U and singular values again)",
+    )  # fmt: skip
     args = ap.parse_args()
     run = load_config(args.pipeline)
     source = run.output / "work"
@@ -70,7 +76,7 @@ def main() -> None:
             lines: list[str] = []
             ctx = RunContext.open(cfg, lines.append, meshes)
             try:
-                stage = ClusterStage()
+                stage = ClusterStage() if args.stage == "cluster" else SvdStage()
                 units = stage.plan(ctx)
                 cpu0 = np.sum([_cpu(p) for p in workers], axis=0)
                 t0 = time.perf_counter()
@@ -89,11 +95,14 @@ def main() -> None:
                 if "fits as" in ln:
                     print(f"  {ln}")
             print("  " + "; ".join(f"{s} {m} K={k} {t} s" for s, m, k, t in sorted(fits)))
-        same = [
-            np.array_equal(np.load(p), np.load(source / "labels" / p.name))
-            for p in sorted((args.scratch / "work" / "labels").glob("*.npy"))
-        ]
-        print(f"labels bit for bit the run's: {sum(same)} of {len(same)}")
+        made = (
+            sorted((args.scratch / "work" / "labels").glob("*.npy"))
+            if args.stage == "cluster"
+            else sorted((args.scratch / "work").glob("split*_[Us].npy"))
+        )
+        work = args.scratch / "work"
+        same = [np.array_equal(np.load(p), np.load(source / p.relative_to(work))) for p in made]
+        print(f"outputs bit for bit the run's: {sum(same)} of {len(same)}")
 
 
 #: a fit's log line: split, method, K, seconds
