@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import pickle
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -94,7 +95,8 @@ def kmeanspp_rows(
         Rows of the subsample (in float32 precision for float32 ``X``).
     """
     starts = _STARTS.get()
-    before = repr(rng.bit_generator.state) if starts is not None else ""
+    # the whole state, as bytes (a repr would summarise a long state array)
+    before = pickle.dumps(rng.bit_generator.state) if starts is not None else b""
     idx = sample_rows(X, rng)
     # float32 features seed in float32 under the cosine metric: each centre is one pass over
     # the sample, bound by reading it, so half the bytes is about half the time (unit rows

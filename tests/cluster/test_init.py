@@ -198,3 +198,19 @@ def test_directional_and_spherical_kmeans_seed_alike_and_fit_as_alone():
     for a, b in zip(alone, shared, strict=True):
         np.testing.assert_array_equal(a.labels_, b.labels_)
         np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+
+
+@pytest.mark.parametrize("bits", [np.random.PCG64, np.random.MT19937, np.random.SFC64])
+def test_any_bit_generator_is_shared_only_from_its_own_state(bits):
+    """The key holds a generator's whole state, whatever its bit generator: two seeds
+    are two starts, each the one made outside the block."""
+    from lsd_dask.cluster._init import shared_starts
+
+    X, _ = _blobs(6, 15, 8, seed=1, spread=0.3)
+    outside = [kmeanspp_rows(X, 4, np.random.Generator(bits(s))) for s in (0, 1, 0)]
+    starts: OrderedDict = OrderedDict()
+    with shared_starts(starts):
+        inside = [kmeanspp_rows(X, 4, np.random.Generator(bits(s))) for s in (0, 1, 0)]
+    assert len(starts) == 2
+    for a, b in zip(outside, inside, strict=True):
+        np.testing.assert_array_equal(a, b)
