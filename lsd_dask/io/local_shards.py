@@ -5,8 +5,10 @@ The split stores' arrays are sharded, uncompressed and checksummed: each inner c
 its raw little-endian values followed by a CRC32C, and each shard file ends with its index
 of ``(offset, nbytes)`` pairs and the index's own CRC32C (the Zarr v3 sharding codec with
 ``bytes`` and ``crc32c`` codecs, index at the end). For such an array on a local file
-system, :func:`read_rows` reads each inner chunk with one ``pread`` into a reused buffer,
-checks its checksum and copies the wanted rows and columns out. That is what zarr-python's
+system, :func:`read_rows` reads each inner chunk with one ``preadv``: whole rows of the
+stored type straight into the caller's rows (the rows it does not want into a scratch
+buffer), other columns into a reused buffer they are copied out of; and checks its
+checksum. That is what zarr-python's
 read does too, less the copies its buffers make and its event-loop round trips: a
 full-scale subject's kept rows (59,784 of 64,984 × 1,000 float32, 260 MB in the page
 cache) read in 0.065 s against 0.149 s through ``get_basic_selection`` on the development
@@ -24,7 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -140,6 +142,13 @@ def read_rows(
     raw = bytearray(inner * t * itemsize + 4)  # an inner chunk's values and checksum
     buf = np.frombuffer(raw, np.uint8)
     values = buf[:-4].view(layout.dtype).reshape(inner, t)
+    # whole rows into a C-ordered ``out`` of the stored type: read straight into its rows
+    direct = (
+        cols.indices(t) == (0, t, 1)
+        and out.shape[1] == t
+        and out.dtype == layout.dtype
+        and out.flags.c_contiguous
+    )
     # the positions in ``out`` of each inner chunk's wanted rows
     edges = np.arange(0, n + inner, inner)
     bounds = edges.clip(max=n) if rows is None else np.searchsorted(rows, edges)
@@ -164,10 +173,18 @@ def read_rows(
                 if offset == _EMPTY:
                     out[lo:hi] = layout.fill_value
                     continue
+                r0 = c * inner
+                wanted = np.arange(lo - r0, hi - r0) if rows is None else rows[lo:hi] - r0
+                if direct and int(nbytes) == buf.size:
+                    pieces = _pieces(out[lo:hi], wanted, inner, buf)
+                    if pieces is not None:
+                        got = os.preadv(fd, cast(Any, pieces), int(offset))  # arrays
+                        if got != buf.size or not _pieces_checked(pieces):
+                            raise ValueError(f"{path}: inner chunk {c} fails its checksum")
+                        continue
                 got = os.preadv(fd, [raw], int(offset)) if int(nbytes) == buf.size else -1
                 if got != buf.size or not _checked(buf):
                     raise ValueError(f"{path}: inner chunk {c} fails its checksum")
-                r0 = c * inner
                 block = values[:, cols]
                 if rows is None:
                     out[lo:hi] = block[: hi - lo]
@@ -255,6 +272,54 @@ def _write_all(fd: int, pieces: list[Any]) -> None:
             views.pop(0)
         if done:
             views[0] = views[0][done:]
+
+
+#: the most buffers one ``preadv`` of a chunk is given (Linux takes up to 1,024)
+_MAX_PIECES = 512
+
+
+def _pieces(
+    dst: np.ndarray, wanted: np.ndarray, inner: int, scratch: np.ndarray
+) -> list[np.ndarray] | None:
+    """The buffers an inner chunk of ``inner`` rows is read into, in the file's order:
+    each run of consecutive ``wanted`` rows (sorted positions in the chunk) straight into
+    its rows of ``dst``, the rows between them into successive parts of ``scratch`` (the
+    chunk's size and its checksum's: every piece is read, and checked, apart), the 4-byte
+    checksum last. None where the runs are too many for one read."""
+    breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
+    starts = np.concatenate([[0], breaks]).astype(np.int64)
+    ends = np.concatenate([breaks, [wanted.size]]).astype(np.int64)
+    if 2 * starts.size + 2 > _MAX_PIECES:
+        return None
+    row_bytes = dst.shape[1] * dst.dtype.itemsize
+    flat = dst.reshape(-1).view(np.uint8)
+    pieces: list[np.ndarray] = []
+    pos, used = 0, 0  # the next row of the chunk; the scratch bytes taken so far
+
+    def skip(rows: int) -> None:
+        nonlocal used
+        if rows > 0:
+            pieces.append(scratch[used : used + rows * row_bytes])
+            used += rows * row_bytes
+
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        at = int(wanted[a])
+        skip(at - pos)
+        pieces.append(flat[a * row_bytes : b * row_bytes])
+        pos = at + b - a
+    skip(inner - pos)
+    pieces.append(scratch[-4:])
+    return pieces
+
+
+def _pieces_checked(pieces: list[np.ndarray]) -> bool:
+    """Whether the last piece is the CRC32C (little-endian) of the others, in order."""
+    import google_crc32c
+
+    crc = 0
+    for piece in pieces[:-1]:
+        crc = google_crc32c.extend(crc, piece)
+    return bytes(np.uint32(crc).astype("<u4").tobytes()) == pieces[-1].tobytes()
 
 
 def _index(fd: int, chunks: int, path: str) -> np.ndarray:

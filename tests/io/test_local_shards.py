@@ -137,6 +137,50 @@ def test_a_damaged_chunk_or_index_fails_its_checksum_naming_the_file(tmp_path):
                                   x[[0, 7, 29]])  # fmt: skip
 
 
+def test_damage_in_rows_read_into_the_scratch_buffer_fails_its_checksum_too(tmp_path):
+    """Whole rows are read straight into the caller's array and the rows it does not want
+    into a scratch buffer: a flipped bit in an unwanted row still fails the chunk."""
+    x = np.arange(60 * 4, dtype=np.float32).reshape(60, 4)
+    a = _subject(tmp_path / "s.zarr", x, 30, 10)
+    layout = local_layout(a)
+    assert layout is not None
+    shard = tmp_path / "s.zarr" / "subject" / "0" / "c" / "0" / "0"
+    good = shard.read_bytes()
+    bad = bytearray(good)
+    bad[3 * 16 + 1] ^= 0x10  # row 3 of the first inner chunk (4 float32 values a row)
+    shard.write_bytes(bytes(bad))
+    out = np.empty((2, 4), np.float32)
+    with pytest.raises(ValueError, match=rf"^{shard}: inner chunk 0 fails its checksum$"):
+        read_rows(layout, np.array([1, 8]), slice(0, 4), out)
+    np.testing.assert_array_equal(  # the chunks without the damage read as written
+        read_rows(layout, np.array([10, 29]), slice(0, 4), out), x[[10, 29]]
+    )
+
+
+@settings(max_examples=15, deadline=None)
+@given(step=st.integers(1, 3), offset=st.integers(0, 2), inner=st.sampled_from([7, 600, 1500]))
+def test_rows_in_many_runs_read_as_zarr_reads(tmp_path_factory, step, offset, inner):
+    """A chunk whose wanted rows fall in more runs than one read takes (every other row
+    of 1,500) is read whole and its rows copied out; in fewer, straight into the rows:
+    the same values either way."""
+    from lsd_dask.io.local_shards import _MAX_PIECES, _pieces
+
+    x = np.random.default_rng(step).standard_normal((3000, 3)).astype(np.float32)
+    a = _subject(tmp_path_factory.mktemp("s") / "s.zarr", x, 3000, inner)
+    layout = local_layout(a)
+    assert layout is not None
+    rows = np.arange(offset, 3000, step)
+    out = np.full((rows.size, 3), np.nan, np.float32)
+    np.testing.assert_array_equal(read_rows(layout, rows, slice(0, 3), out), x[rows])
+    scratch = np.zeros(inner * 12 + 4, np.uint8)
+    wanted = rows[rows < inner]
+    pieces = _pieces(out[: wanted.size], wanted, inner, scratch)
+    runs = 1 if step == 1 else wanted.size
+    assert (pieces is None) == (2 * runs + 2 > _MAX_PIECES)
+    if pieces is not None:  # every byte of the chunk and its checksum, in order
+        assert sum(p.nbytes for p in pieces) == scratch.size
+
+
 def test_chunks_and_shards_never_written_read_as_the_fill_value(tmp_path):
     """zarr leaves out inner chunks (and whole shards) equal to the fill value unless told
     to write them: they read as it, as zarr reads them."""
