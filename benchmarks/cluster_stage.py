@@ -88,7 +88,7 @@ def main() -> None:
                 ctx.close()
             fits = [m.groups() for ln in lines if (m := _FIT.search(ln))]
             print(
-                f"round {r}: {len(units)} fits in {seconds:.1f} s; workers' CPU {cpu.sum():.1f} s "
+                f"round {r}: {len(units)} units in {seconds:.1f} s; workers' CPU {cpu.sum():.1f} s "
                 f"(user {cpu[0]:.1f}, system {cpu[1]:.1f})"
             )
             for ln in lines:
