@@ -189,7 +189,7 @@ def read_rows(
                 if rows is None:
                     out[lo:hi] = block[: hi - lo]
                 else:  # ``take`` writes into out's rows without a temporary
-                    np.take(block, rows[lo:hi] - r0, axis=0, out=out[lo:hi], mode="clip")
+                    np.take(block, wanted, axis=0, out=out[lo:hi], mode="clip")
         finally:
             os.close(fd)
     return out
@@ -312,16 +312,6 @@ def _pieces(
     return pieces
 
 
-def _pieces_checked(pieces: list[np.ndarray]) -> bool:
-    """Whether the last piece is the CRC32C (little-endian) of the others, in order."""
-    import google_crc32c
-
-    crc = 0
-    for piece in pieces[:-1]:
-        crc = google_crc32c.extend(crc, piece)
-    return bytes(np.uint32(crc).astype("<u4").tobytes()) == pieces[-1].tobytes()
-
-
 def _index(fd: int, chunks: int, path: str) -> np.ndarray:
     """The shard's ``chunks`` × 2 index of (offset, nbytes), its checksum checked."""
     size = chunks * 16 + 4
@@ -332,13 +322,22 @@ def _index(fd: int, chunks: int, path: str) -> np.ndarray:
     return raw[:-4].view("<u8").reshape(chunks, 2)
 
 
-def _crc(data: np.ndarray) -> bytes:
-    """The CRC32C of ``data``, as the ``crc32c`` codec stores it (4 bytes, little-endian)."""
+def _crc(*pieces: np.ndarray) -> bytes:
+    """The CRC32C of the pieces' bytes, in order, as the ``crc32c`` codec stores it (4
+    bytes, little-endian)."""
     import google_crc32c
 
-    return bytes(np.uint32(google_crc32c.value(data)).astype("<u4").tobytes())
+    crc = 0
+    for piece in pieces:
+        crc = google_crc32c.extend(crc, piece)
+    return bytes(np.uint32(crc).astype("<u4").tobytes())
 
 
 def _checked(data: np.ndarray) -> bool:
     """Whether ``data``'s last 4 bytes are the CRC32C (little-endian) of the rest."""
     return _crc(data[:-4]) == data[-4:].tobytes()
+
+
+def _pieces_checked(pieces: list[np.ndarray]) -> bool:
+    """Whether the last piece is the CRC32C of the others, in order."""
+    return _crc(*pieces[:-1]) == pieces[-1].tobytes()

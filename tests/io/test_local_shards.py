@@ -114,11 +114,17 @@ def test_write_rows_refuses_another_shape(tmp_path):
         write_rows(layout, np.zeros((5, 2), np.float32))
 
 
-def test_a_damaged_chunk_or_index_fails_its_checksum_naming_the_file(tmp_path):
+def _sixty_rows(tmp_path):
+    """60 × 4 values in shards of 30 rows and inner chunks of 10: (values, array, layout)."""
     x = np.arange(60 * 4, dtype=np.float32).reshape(60, 4)
     a = _subject(tmp_path / "s.zarr", x, 30, 10)
     layout = local_layout(a)
     assert layout is not None
+    return x, a, layout
+
+
+def test_a_damaged_chunk_or_index_fails_its_checksum_naming_the_file(tmp_path):
+    x, a, layout = _sixty_rows(tmp_path)
     shard = tmp_path / "s.zarr" / "subject" / "0" / "c" / "1" / "0"
     good = shard.read_bytes()
     for where in (5, len(good) - 10):  # a value of the first inner chunk; the index
@@ -140,10 +146,7 @@ def test_a_damaged_chunk_or_index_fails_its_checksum_naming_the_file(tmp_path):
 def test_damage_in_rows_read_into_the_scratch_buffer_fails_its_checksum_too(tmp_path):
     """Whole rows are read straight into the caller's array and the rows it does not want
     into a scratch buffer: a flipped bit in an unwanted row still fails the chunk."""
-    x = np.arange(60 * 4, dtype=np.float32).reshape(60, 4)
-    a = _subject(tmp_path / "s.zarr", x, 30, 10)
-    layout = local_layout(a)
-    assert layout is not None
+    x, _, layout = _sixty_rows(tmp_path)
     shard = tmp_path / "s.zarr" / "subject" / "0" / "c" / "0" / "0"
     good = shard.read_bytes()
     bad = bytearray(good)
