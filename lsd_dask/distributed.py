@@ -44,6 +44,7 @@ from ._validation import Array
 
 __all__ = [
     "active_client",
+    "worker_threads",
     "one_blas_thread_beside_workers",
     "task_location",
     "io_slot",
@@ -287,6 +288,16 @@ def active_client() -> Client | None:
         return get_client()
     except ValueError:  # no client in this process
         return None
+
+
+def worker_threads(client: Client | None = None) -> list[str]:
+    """The worker addresses of ``client`` (default: :func:`active_client`), one entry per
+    worker thread: each worker's threads together, the workers in address order. Empty
+    without a client, or while it has no workers."""
+    client = active_client() if client is None else client
+    if client is None:
+        return []
+    return [w for w, t in sorted(client.nthreads().items()) for _ in range(max(1, int(t)))]
 
 
 @contextmanager

@@ -21,7 +21,7 @@ References
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -72,6 +72,7 @@ def randomized_svd(
     return_vt: bool = True,
     start: Any = None,
     progress: Callable[[str], None] | None = None,
+    workers: Sequence[str] | None = None,
 ) -> tuple[Any, np.ndarray, np.ndarray | None]:
     """Rank-k SVD ``X ≈ U diag(s) Vt`` by randomized subspace iteration.
 
@@ -149,6 +150,12 @@ def randomized_svd(
     progress : callable, optional
         For a column-block source: receives one line per pass over X when the pass is done
         (``"pass 2 of 4 (power): 51.3 s"``), for batch logs.
+    workers : sequence of str, optional
+        For a column-block source on a distributed client: the worker addresses whose
+        threads run the passes' group tasks, one entry per thread (an address may
+        repeat); X's columns are cut into that many groups. None: every thread of every
+        worker. Two SVDs at once on workers of their own never wait on each other's
+        passes (:class:`lsd_dask.pipeline.svd.SvdStage`).
 
     Returns
     -------
@@ -198,7 +205,7 @@ def randomized_svd(
     keep = None if sketch_columns is None else _sketch_blocks(X, sketch_columns, seed)
     omega = _TestMatrix(seed, test_matrix, keep)
     if _is_block_source(X):
-        passes: _Passes = _BlockPasses(X, l, omega, dtype, persist)
+        passes: _Passes = _BlockPasses(X, l, omega, dtype, persist, workers)
     elif is_dask(X):
         passes = _DaskPasses(X.astype(dtype), l, omega, persist)
     else:
@@ -787,10 +794,18 @@ class _BlockPasses:
     gathered on one worker first.
     """
 
-    def __init__(self, z: Any, l: int, omega: _TestMatrix, dtype: Any, persist: bool) -> None:
+    def __init__(
+        self,
+        z: Any,
+        l: int,
+        omega: _TestMatrix,
+        dtype: Any,
+        persist: bool,
+        workers: Sequence[str] | None = None,
+    ) -> None:
         n = z.shape[0]
         # the groups and their worker threads from one look at the cluster
-        self.slots = _thread_slots()
+        self.slots = list(workers) if workers else _thread_slots()
         threads = len(self.slots) if self.slots else _n_threads()
         bounds = _column_bounds(z, dtype)
         self.spans = _equal_groups(bounds, threads)
@@ -812,7 +827,9 @@ class _BlockPasses:
         tasks = self._tasks("power_and_transpose", Q)
         Y = self._row_sums([t[0] for t in tasks])
         # one graph: each group task runs once and gives both its sum and its Xᵀ Q blocks
-        Y, blocks = dask_persist(Y, [t[1] for t in tasks])
+        # (not optimised: an array and delayed objects are optimised apart, and a lone
+        # group's chain to Y fused into one task of another name ran the group again)
+        Y, blocks = dask_persist(Y, [t[1] for t in tasks], optimize_graph=False)
         (blocks,) = dask_compute(blocks)
         return Y, np.concatenate([b for group in blocks for b in group])
 
@@ -880,10 +897,11 @@ class _BlockPasses:
         cuts = np.cumsum([0, *self.row_chunks]).tolist()
         blocks = []
         for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-            rows = [delayed(_rows, pure=True)(p, a, b) for p in parts]
-            blocks.append(
-                da.from_delayed(delayed(_add_all)(rows), (b - a, self.l), dtype=self.dtype)
-            )
+            if len(parts) == 1:  # its rows as they are: no n × l copy to fault in
+                block = delayed(_rows, pure=True)(parts[0], a, b)[0]
+            else:
+                block = delayed(_add_all)([delayed(_rows, pure=True)(p, a, b) for p in parts])
+            blocks.append(da.from_delayed(block, (b - a, self.l), dtype=self.dtype))
         return da.concatenate(blocks, axis=0)
 
 
@@ -1108,13 +1126,9 @@ def _thread_slots() -> list[str] | None:
     """The active distributed client's worker addresses, one entry per worker thread
     (each worker's threads together, the workers in address order); None without one, or
     while it has no workers (all lost: the tasks then wait for the ones that come back)."""
-    from ..distributed import active_client
+    from ..distributed import worker_threads
 
-    client = active_client()
-    if client is None:
-        return None
-    slots = [w for w, t in sorted(client.nthreads().items()) for _ in range(max(1, int(t)))]
-    return slots or None
+    return worker_threads() or None
 
 
 def _sketch_block(

@@ -7,6 +7,7 @@ A split's features are unit rows of U·Σ (or of U): :func:`svd_features`.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 from distributed import KilledWorker
 
-from ..distributed import active_client
+from ..distributed import active_client, worker_threads
 from ..io.zarr_store import open_split, verify_split
 from ..linalg import randomized_svd, streaming_svd
 from ..linalg.randomized import TEST_MATRICES, svd_task_bytes
@@ -211,9 +212,12 @@ class SvdStage:
         its own client thread: one split's group tasks keep the workers busy while the
         other waits on the client (its QRs' small tasks, gathering U, saving it). At 33
         subjects × 250 time points a split (rank 200) those waits were about 2.8 s of a
-        split's 9 s, against 0.2 s of work. Every split's store is checked on the workers
-        first, before any SVD starts. If one split fails, the other stops at its next
-        pass.
+        split's 9 s, against 0.2 s of work. Where the worker threads share out evenly,
+        each running split has threads of its own (whole workers where it can,
+        :func:`_thread_shares`): its group tasks, QRs and sums stay on them, and neither
+        split's passes wait for the other's to end. Every split's store is checked on the
+        workers first, before any SVD starts. If one split fails, the other stops at its
+        next pass.
         """
         if len(todo) < 2 or active_client() is None or ctx.cfg.svd.method != "randomized":
             for unit in todo:
@@ -223,8 +227,19 @@ class SvdStage:
         for unit in todo:
             _verify_on_workers(ctx.wd.store(unit.item), options)
         stop = threading.Event()
+        shares: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
+        for share in _thread_shares(worker_threads(), min(len(todo), _SPLITS_AT_ONCE)):
+            shares.put(share)
+
+        def one(split: str) -> dict[str, Any]:
+            share = shares.get()  # a running split's threads, given back when it ends
+            try:
+                return self._one(ctx, split, stop, verify=False, workers=share)
+            finally:
+                shares.put(share)
+
         with ThreadPoolExecutor(_SPLITS_AT_ONCE, thread_name_prefix="lsd-svd") as pool:
-            running = {pool.submit(self._one, ctx, u.item, stop, verify=False): u for u in todo}
+            running = {pool.submit(one, u.item): u for u in todo}
             try:
                 for done in as_completed(running):
                     yield running[done], done.result()
@@ -239,6 +254,7 @@ class SvdStage:
         split: str,
         stop: threading.Event | None = None,
         verify: bool = True,
+        workers: list[str] | None = None,
     ) -> dict[str, Any]:
         cfg, wd, log = ctx.cfg, ctx.wd, ctx.log
         options = wd.folder.storage_options
@@ -267,6 +283,7 @@ class SvdStage:
                     cfg.svd,
                     cfg.random_state,
                     progress=lambda line: _progress(log, f"[svd] {split} {line}", stop),
+                    workers=workers,
                 )
                 U = U.compute()
             except KilledWorker as err:
@@ -298,12 +315,13 @@ def group_svd(
     settings: SvdSettings,
     random_state: int,
     progress: Callable[[str], None] | None = None,
+    workers: list[str] | None = None,
 ) -> tuple[Any, Any]:
     """The randomized SVD of a split (or part of one) at the run's settings: ``(U, s)``,
     U lazy as :func:`~lsd_dask.linalg.randomized_svd` returns it.
 
     ``source`` is anything :func:`~lsd_dask.linalg.randomized_svd` reads (a store's column
-    blocks, their halves).
+    blocks, their halves); ``workers``, the worker threads its passes run on (None: all).
     """
     n, m = source.shape
     rank = svd_rank(settings, n, m)
@@ -320,6 +338,7 @@ def group_svd(
         random_state=random_state,
         return_vt=False,  # a run keeps U and s only
         progress=progress,
+        workers=workers,
     )
     return U, s
 
@@ -388,6 +407,19 @@ def _memory_message(split: str, n: int, block: int, rank: int) -> str:
 #: splits whose SVDs run at once on a distributed cluster (each holds its basis and
 #: sketch on the workers: 2 × 240 MB at 59,784 vertices and rank 1,000)
 _SPLITS_AT_ONCE = 2
+
+
+def _thread_shares(threads: list[str], splits: int) -> list[list[str] | None]:
+    """``splits`` shares of the worker threads (listed as
+    :func:`~lsd_dask.distributed.worker_threads` lists them), one per split running at
+    once: equal runs of the list where the threads divide evenly by the splits, so a
+    share is whole workers where the workers allow it; else (or with one split) every
+    split shares them all (``None``), since a split with fewer threads than another
+    would finish last alone."""
+    if splits < 2 or not threads or len(threads) % splits:
+        return [None] * max(splits, 1)
+    size = len(threads) // splits
+    return [threads[i * size : (i + 1) * size] for i in range(splits)]
 
 
 class _Stopped(Exception):

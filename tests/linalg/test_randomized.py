@@ -270,6 +270,39 @@ def test_group_task_i_asks_for_worker_thread_i_and_lets_others_take_it(store):
     assert passes == [[([w], True) for w in workers]] * 4, plugin.seen
 
 
+def test_an_svd_given_one_worker_keeps_its_passes_and_qrs_there(store):
+    """``workers=[w]`` on 2 worker processes: every pass's one group task and every QR of
+    the basis run on w (the other worker idle, free for another SVD); without the final
+    pass, the last power iteration's group task still runs once, though its sum and its
+    Xᵀ Q blocks are two results of it (fused into a task of its own, the sum once ran the
+    group again). The answer is the SVD's on both workers to float32 rounding, and the
+    exact one's to the randomized SVD's accuracy."""
+    from distributed import get_task_stream
+
+    p, _, (U0, s0, _) = store
+    blocks = open_split(p).column_blocks
+    with _two_workers() as client:
+        client.wait_for_workers(2)
+        one = sorted(client.nthreads())[1]
+        with get_task_stream(client) as ts:
+            U, s, _ = randomized_svd(blocks, 6, n_power_iter=2, final_pass=False,
+                                     random_state=0, return_vt=False, workers=[one])  # fmt: skip
+            U = U.compute()
+        Ub, sb, _ = randomized_svd(blocks, 6, n_power_iter=2, final_pass=False,
+                                   random_state=0, return_vt=False)  # fmt: skip
+        Ub = Ub.compute()
+    ran = [(str(t["key"]), t["worker"]) for t in ts.data]
+    # a fused task that runs a group pass again has a name of its own with this in it
+    groups = [w for k, w in ran if "group_pass" in k]
+    qrs = [w for k, w in ran if k.startswith("_qr_reflectors-")]
+    assert groups == [one] * 3, ran  # the sketch and 2 power iterations, once each
+    assert qrs and set(qrs) == {one}, ran
+    np.testing.assert_allclose(s, sb, rtol=1e-5)
+    assert _min_cos(U, Ub) > 1 - 1e-5
+    np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
+    assert _min_cos(U, U0[:, :6]) > 0.99
+
+
 def test_a_client_without_workers_puts_no_restriction_on_the_group_tasks():
     """All workers lost (a killed SVD worker's nanny not yet back): no thread to ask for,
     so no restriction; the tasks wait for the workers that come."""

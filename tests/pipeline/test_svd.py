@@ -1,5 +1,5 @@
-"""The SVD stage on a distributed cluster: the splits' SVDs at once, each as it would be
-alone, and a failed split stopping the other."""
+"""The SVD stage on a distributed cluster: the splits' SVDs at once, each on workers of its
+own and as it would be alone there, and a failed split stopping the other."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lsd_dask.pipeline import load_config, write_study
 from lsd_dask.pipeline.ingest import IngestStage
 from lsd_dask.pipeline.run import preflight
 from lsd_dask.pipeline.stages import RunContext, run_stage
-from lsd_dask.pipeline.svd import SvdStage, _progress, _Stopped
+from lsd_dask.pipeline.svd import SvdStage, _progress, _Stopped, _thread_shares
 
 #: how long the test's log waits for the other split (a run one split at a time never
 #: gives it, and the test then fails)
@@ -29,13 +29,21 @@ def _ingested(tmp_path: Path, study, name: str):
     return ctx
 
 
-def test_the_splits_svds_run_at_once_each_as_it_would_alone(tmp_path, study, scheduler_address):
+def test_the_splits_svds_run_at_once_each_on_a_worker_of_its_own(
+    tmp_path, study, scheduler_address
+):
     """split1's first pass waits (in its log line) until split2 has made its own first
-    pass, which only a concurrent run can give; each split's U and s are then bit for bit
-    what the split's SVD alone gives on the same workers."""
+    pass, which only a concurrent run can give. On 2 one-thread workers each split's
+    passes run on one worker of its own: one group task a pass (3 passes a split: the
+    sketch and 2 power iterations), 3 on each worker, where sharing both workers made 2
+    a pass. Each split's U and s are bit for bit what the split's SVD alone gives on one
+    worker (either one), and match its SVD on both workers to float32 rounding."""
+    from distributed import get_task_stream
+
     with Client(scheduler_address) as client:
         client.wait_for_workers(2)
         ctx = _ingested(tmp_path, study, "out")
+        assert ctx.cfg.svd.n_power_iter == 2 and not ctx.cfg.svd.final_pass
         second_began = threading.Event()
         waited: list[bool] = []
 
@@ -47,18 +55,43 @@ def test_the_splits_svds_run_at_once_each_as_it_would_alone(tmp_path, study, sch
 
         ctx.log = log
         try:
-            results = run_stage(SvdStage(), ctx)
+            with get_task_stream(client) as ts:
+                results = run_stage(SvdStage(), ctx)
             assert waited == [True]
             assert list(results) == ["svd/split1", "svd/split2"]  # the plan's order
+            groups = [t["worker"] for t in ts.data if str(t["key"]).startswith("_group_pass-")]
+            workers = sorted(client.nthreads())
+            assert sorted(groups) == sorted(workers * 3), groups
             together = {
                 s: (ctx.wd.load_npy(ctx.wd.u(s)), ctx.wd.load_npy(ctx.wd.s(s))) for s in ctx.splits
             }
-            for split, (U, s) in together.items():
-                SvdStage()._one(ctx, split)  # this split alone
+            for (split, (U, s)), worker in zip(together.items(), workers[::-1], strict=True):
+                SvdStage()._one(ctx, split, workers=[worker])  # alone, on the other worker
                 np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.u(split)), U)
                 np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.s(split)), s)
+                SvdStage()._one(ctx, split)  # alone, on both workers: other sums' rounding
+                np.testing.assert_allclose(ctx.wd.load_npy(ctx.wd.s(split)), s, rtol=1e-5)
+                both = ctx.wd.load_npy(ctx.wd.u(split)).astype(np.float64)
+                np.testing.assert_allclose(
+                    np.linalg.svd(both.T @ U, compute_uv=False), 1.0, atol=1e-4
+                )
         finally:
             ctx.close()
+
+
+@pytest.mark.parametrize(
+    ("threads", "splits", "shares"),
+    [
+        (["a", "b"], 2, [["a"], ["b"]]),
+        (["a", "a", "b", "b"], 2, [["a", "a"], ["b", "b"]]),
+        (["a", "b", "c", "d"], 2, [["a", "b"], ["c", "d"]]),
+        (["a", "b", "c"], 2, [None, None]),  # 2 and 1: the lone thread's split ends last
+        (["a", "b"], 1, [None]),
+        ([], 2, [None, None]),
+    ],
+)
+def test_thread_shares_are_equal_runs_of_whole_workers_or_all(threads, splits, shares):
+    assert _thread_shares(threads, splits) == shares
 
 
 def test_a_split_whose_store_is_damaged_fails_the_stage_with_its_own_error(
