@@ -781,9 +781,10 @@ class _DaskPasses:
 class _BlockPasses:
     """X as a column-block source, with the reads inside the tasks.
 
-    The columns are split into one contiguous group of equal width per worker thread (a
-    column block across a group's edge is read in two pieces, one by each group: 33
-    subjects on 2 threads are 16.5 each, not 17 and 16); a task per group reads its
+    The columns are split into one contiguous group of equal width per worker thread it
+    is given (``workers``; every thread of the client's workers by default; a column
+    block across a group's edge is read in two pieces, one by each group: 33 subjects on
+    2 threads are 16.5 each, not 17 and 16); a task per group reads its
     pieces in turn into two reused buffers (the next read while this one is multiplied:
     :func:`_read_ahead`) and accumulates the n × l result in place,
     so a pass moves only the group results (one n × l array each) between workers, and
