@@ -215,20 +215,26 @@ class SvdStage:
         split's 9 s, against 0.2 s of work. Where the worker threads share out evenly,
         each running split has threads of its own (whole workers where it can,
         :func:`_thread_shares`): its group tasks, QRs and sums stay on them, and neither
-        split's passes wait for the other's to end. Every split's store is checked on the
-        workers first, before any SVD starts. If one split fails, the other stops at its
-        next pass.
+        split's passes wait for the other's to end. The shares follow from the run's
+        splits, not from the splits left to do: a split made again alone (its stamp
+        stale, the other's not) runs on the share it had beside the other, cut into the
+        same groups, so its U is bit for bit the whole run's (at half the threads). Every
+        split's store is checked on the workers first, before any SVD starts. If one
+        split fails, the other stops at its next pass.
         """
-        if len(todo) < 2 or active_client() is None or ctx.cfg.svd.method != "randomized":
+        randomized = ctx.cfg.svd.method == "randomized"
+        at_once = min(len(ctx.splits), _SPLITS_AT_ONCE)
+        split_shares = _thread_shares(worker_threads(), at_once) if randomized else [None]
+        if len(todo) < 2 or active_client() is None or not randomized:
             for unit in todo:
-                yield unit, self._one(ctx, unit.item)
+                yield unit, self._one(ctx, unit.item, workers=split_shares[0])
             return
         options = ctx.wd.folder.storage_options
         for unit in todo:
             _verify_on_workers(ctx.wd.store(unit.item), options)
         stop = threading.Event()
         shares: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
-        for share in _thread_shares(worker_threads(), min(len(todo), _SPLITS_AT_ONCE)):
+        for share in split_shares:
             shares.put(share)
 
         def one(split: str) -> dict[str, Any]:

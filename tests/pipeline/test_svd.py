@@ -36,8 +36,9 @@ def test_the_splits_svds_run_at_once_each_on_a_worker_of_its_own(
     pass, which only a concurrent run can give. On 2 one-thread workers each split's
     passes run on one worker of its own: one group task a pass (3 passes a split: the
     sketch and 2 power iterations), 3 on each worker, where sharing both workers made 2
-    a pass. Each split's U and s are bit for bit what the split's SVD alone gives on one
-    worker (either one), and match its SVD on both workers to float32 rounding."""
+    a pass. Each split's U and s are bit for bit what the stage gives when that split
+    alone is left to do (a run whose other split is done), and what its SVD alone gives
+    on one worker (either one); they match its SVD on both workers to float32 rounding."""
     from distributed import get_task_stream
 
     with Client(scheduler_address) as client:
@@ -65,6 +66,11 @@ def test_the_splits_svds_run_at_once_each_on_a_worker_of_its_own(
             together = {
                 s: (ctx.wd.load_npy(ctx.wd.u(s)), ctx.wd.load_npy(ctx.wd.s(s))) for s in ctx.splits
             }
+            for unit in SvdStage().plan(ctx):  # made again alone, the other split done
+                assert [u.item for u, _ in SvdStage().compute(ctx, [unit])] == [unit.item]
+                U, s = together[unit.item]
+                np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.u(unit.item)), U)
+                np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.s(unit.item)), s)
             for (split, (U, s)), worker in zip(together.items(), workers[::-1], strict=True):
                 SvdStage()._one(ctx, split, workers=[worker])  # alone, on the other worker
                 np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.u(split)), U)
