@@ -222,10 +222,9 @@ class SvdStage:
         split's store is checked on the workers first, before any SVD starts. If one
         split fails, the other stops at its next pass.
         """
-        randomized = ctx.cfg.svd.method == "randomized"
-        at_once = min(len(ctx.splits), _SPLITS_AT_ONCE)
-        split_shares = _thread_shares(worker_threads(), at_once) if randomized else [None]
-        if len(todo) < 2 or active_client() is None or not randomized:
+        # a streaming SVD runs in this process and takes no share
+        split_shares = _thread_shares(worker_threads(), min(len(ctx.splits), _SPLITS_AT_ONCE))
+        if len(todo) < 2 or active_client() is None or ctx.cfg.svd.method != "randomized":
             for unit in todo:
                 yield unit, self._one(ctx, unit.item, workers=split_shares[0])
             return
