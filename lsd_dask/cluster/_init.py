@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from .._validation import Array, to_numpy
 from ..similarity import unit_rows
 from ._bounds import ANGLE_MARGIN
 
-__all__ = ["kmeanspp_rows", "sample_rows", "shared_starts"]
+__all__ = ["kmeanspp_rows", "sample_rows", "seeding_candidates", "shared_starts"]
 
 #: rows used for seeding; numpy and dask input use the same rows, so they seed alike
 SEED_SAMPLE = 20000
@@ -26,20 +27,22 @@ MAX_SHARED_STARTS = 16
 
 
 @contextmanager
-def shared_starts(
-    starts: OrderedDict[tuple[Any, ...], tuple[np.ndarray, Mapping[str, Any]]] | None = None,
-) -> Iterator[None]:
-    """Within the block, make each k-means++ start once.
+def shared_starts(starts: OrderedDict[tuple[Any, ...], _Seeding] | None = None) -> Iterator[None]:
+    """Within the block, make each k-means++ start once, and a start at K from one at
+    another K where they can share their centres.
 
-    Two seedings from the same rows, with the same K, metric, number of candidates and
-    generator state, pick the same centres. Inside the block the second gets the first's
-    centres and its generator is left in the state the first one's was, so every fit is
-    bit for bit what it is outside the block. Directional clustering and spherical
-    k-means seed alike from the same features and ``random_state`` (both on unit rows,
-    under the cosine metric), so a run that fits both at each K seeds once per K: at
-    full scale (59,784 × 1,000 features) the starts at K = 50…400 take 11.6 s of one
-    thread per method and split. The block is per thread (a context variable): each
-    task on a worker has its own.
+    Two seedings from the same rows, with the same metric, number of candidates and
+    generator state, pick the same centres in the same order: the first K of a longer
+    start are the start at K, and a longer start goes on from a shorter one's last step.
+    Inside the block a seeding gets its centres from the start stored for its rows (the
+    first K of it, or that start carried on to K), and its generator is left in the state
+    it would have after making them itself, so every fit is bit for bit what it is outside
+    the block. Directional clustering and spherical k-means seed alike from the same
+    features and ``random_state`` (both on unit rows, under the cosine metric), and every
+    K with the same number of candidates (``2 + int(log K)``: 7 for K = 148…403) shares
+    one start: at full scale (59,784 × 1,000 features) the starts at K = 50…400 took
+    11.6 s of one thread per method and split, the largest alone 3.1 s. The block is per
+    thread (a context variable): each task on a worker has its own.
 
     Parameters
     ----------
@@ -53,6 +56,13 @@ def shared_starts(
         yield
     finally:
         _STARTS.reset(token)
+
+
+def seeding_candidates(k: int) -> int:
+    """The candidates per centre of a k-means++ start at K: ``2 + int(log K)``
+    (scikit-learn's rule). Starts with as many candidates share their centres (the first
+    K of one are the start at K: :func:`shared_starts`)."""
+    return 2 + int(np.log(k))
 
 
 def sample_rows(X: Array, rng: np.random.Generator, n_max: int = SEED_SAMPLE) -> np.ndarray:
@@ -106,27 +116,29 @@ def kmeanspp_rows(
     S = to_numpy(X[idx], dtype)
     if metric == "cosine":  # directions only: the seeding ignores row lengths (weights)
         S = unit_rows(S)
-    trials = 2 + int(np.log(k)) if n_local_trials is None else int(n_local_trials)
+    trials = seeding_candidates(k) if n_local_trials is None else int(n_local_trials)
     if starts is None:
-        return _greedy_kmeanspp(S, k, trials, rng, metric)
+        return _Seeding.first(S, rng, metric).extend(S, k, trials, rng, metric).centres(S, k)
     # the state before the sample and the sample's content fix the rows, and with them
-    # and the state after the sample, the centres
-    key = (before, X.shape[0], S.shape, S.dtype.str, _digest(S), k, trials, metric)
-    if key in starts:
-        centres, after = starts[key]
+    # and the state after the sample, every start's centres in order
+    key = (before, X.shape[0], S.shape, S.dtype.str, _digest(S), trials, metric)
+    seeding = starts.get(key)
+    if seeding is None:
+        seeding = _Seeding.first(S, rng, metric)
+    else:
         starts.move_to_end(key)
-        rng.bit_generator.state = after
-        return centres.copy()
-    centres = _greedy_kmeanspp(S, k, trials, rng, metric)
-    starts[key] = (centres.copy(), rng.bit_generator.state)
+        # a longer start's first k centres; a shorter one's carried on from its last step
+        rng.bit_generator.state = seeding.states[min(k, seeding.n) - 1]
+    seeding = seeding.extend(S, k, trials, rng, metric)
+    starts[key] = seeding
     while len(starts) > MAX_SHARED_STARTS:
         starts.popitem(last=False)
-    return centres
+    return seeding.centres(S, k)
 
 
 #: the starts of the current :func:`shared_starts` block, or None outside one
-_STARTS: ContextVar[OrderedDict[tuple[Any, ...], tuple[np.ndarray, Mapping[str, Any]]] | None] = (
-    ContextVar("lsd_dask_kmeanspp_starts", default=None)
+_STARTS: ContextVar[OrderedDict[tuple[Any, ...], _Seeding] | None] = ContextVar(
+    "lsd_dask_kmeanspp_starts", default=None
 )
 
 
@@ -135,33 +147,66 @@ def _digest(S: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(S).data.cast("B")).hexdigest()
 
 
-def _greedy_kmeanspp(
-    S: np.ndarray, k: int, trials: int, rng: np.random.Generator, metric: str
-) -> np.ndarray:
-    """The greedy D² seeding of :func:`kmeanspp_rows` on the sample S."""
-    m = S.shape[0]
-    first = int(rng.integers(m))
-    chosen = [first]
-    d2 = _dist(S, S[first : first + 1], metric)[:, 0].astype(np.float64)
-    own = np.zeros(m, np.int64)  # each row's nearest centre, as a position in ``chosen``
-    for _ in range(1, k):
-        total = d2.sum()
-        if total <= 0:  # fewer distinct rows than clusters: pick any unused row
-            j = int(rng.integers(m))
-            best = _dist(S, S[j : j + 1], metric)[:, 0].astype(np.float64)
-        else:
-            cand = rng.choice(m, size=trials, p=d2 / total)
-            # every candidate's new distances at once; keep the one with the least potential
-            new = np.repeat(d2[:, None], cand.size, axis=1)
-            rows = _rows_a_candidate_may_take(S, chosen, own, d2, cand, metric)
-            part = S if rows.size == m else S[rows]
-            new[rows] = np.minimum(d2[rows, None], _dist(part, S[cand], metric))
-            pick = int(np.argmin(new.sum(axis=0)))
-            j, best = int(cand[pick]), new[:, pick]
-        own[best < d2] = len(chosen)
-        chosen.append(j)
-        d2 = np.minimum(d2, best)
-    return np.asarray(S[chosen], np.float64)
+@dataclass(frozen=True)
+class _Seeding:
+    """The greedy D² seeding of :func:`kmeanspp_rows` on the sample S, after ``n`` centres.
+
+    ``chosen``: the centres' rows of S, in order; ``d2``: each row's distance to its
+    nearest centre; ``own``: that centre, as a position in ``chosen``; ``states``: the
+    generator's state after each centre (``states[j]`` after ``j + 1`` of them), so a
+    start at any K up to ``n`` leaves the generator as making it alone would.
+    """
+
+    chosen: tuple[int, ...]
+    d2: np.ndarray
+    own: np.ndarray
+    states: tuple[Mapping[str, Any], ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.chosen)
+
+    @classmethod
+    def first(cls, S: np.ndarray, rng: np.random.Generator, metric: str) -> _Seeding:
+        """The first centre: a row drawn uniformly."""
+        j = int(rng.integers(S.shape[0]))
+        d2 = _dist(S, S[j : j + 1], metric)[:, 0].astype(np.float64)
+        own = np.zeros(S.shape[0], np.int64)
+        return cls((j,), d2, own, (rng.bit_generator.state,))
+
+    def extend(
+        self, S: np.ndarray, k: int, trials: int, rng: np.random.Generator, metric: str
+    ) -> _Seeding:
+        """This seeding carried on to ``k`` centres (itself if it has as many), ``rng`` in
+        the state after its ``n``-th centre; the arrays are copied, never changed."""
+        if k <= self.n:
+            return self
+        m = S.shape[0]
+        chosen, states = list(self.chosen), list(self.states)
+        d2, own = self.d2.copy(), self.own.copy()
+        for _ in range(self.n, k):
+            total = d2.sum()
+            if total <= 0:  # fewer distinct rows than clusters: pick any unused row
+                j = int(rng.integers(m))
+                best = _dist(S, S[j : j + 1], metric)[:, 0].astype(np.float64)
+            else:
+                cand = rng.choice(m, size=trials, p=d2 / total)
+                # every candidate's new distances at once; keep the one with the least potential
+                new = np.repeat(d2[:, None], cand.size, axis=1)
+                rows = _rows_a_candidate_may_take(S, chosen, own, d2, cand, metric)
+                part = S if rows.size == m else S[rows]
+                new[rows] = np.minimum(d2[rows, None], _dist(part, S[cand], metric))
+                pick = int(np.argmin(new.sum(axis=0)))
+                j, best = int(cand[pick]), new[:, pick]
+            own[best < d2] = len(chosen)
+            chosen.append(j)
+            d2 = np.minimum(d2, best)
+            states.append(rng.bit_generator.state)
+        return _Seeding(tuple(chosen), d2, own, tuple(states))
+
+    def centres(self, S: np.ndarray, k: int) -> np.ndarray:
+        """The first ``k`` centres, float64 (a new array)."""
+        return np.asarray(S[list(self.chosen[:k])], np.float64)
 
 
 def _rows_a_candidate_may_take(

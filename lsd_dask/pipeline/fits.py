@@ -2,14 +2,15 @@
 
 Where a fit runs depends on the features' size and on the cluster:
 
-- **a task per fit, or per K** (features over :mod:`.placement`'s in-memory size, on a
-  cluster whose workers hold them comfortably):
+- **a task per fit, per K, or per start** (features over :mod:`.placement`'s in-memory
+  size, on a cluster whose workers hold them comfortably):
   each worker loads a split's features once (from the shared work folder, copied to every
   worker), and each fit runs in a task in numpy, so independent fits run side by side,
   one per worker thread, at the cost of their arithmetic: no per-iteration round trips.
   Where there are at least as many K and splits as worker threads, a split's fits at one
   K share a task, so that the methods that seed alike make their k-means++ start once
-  (:func:`~lsd_dask.cluster._init.shared_starts`).
+  (:func:`~lsd_dask.cluster._init.shared_starts`); where the threads stay as busy, its
+  fits at every K whose starts share their centres do (:func:`_batches`).
 - **a Dask graph per fit** (features too large for a worker): the features are scattered
   as row blocks once and every iteration is a graph over them, one fit after another.
 - **in this process**: numpy when the features are small (whatever the scheduler), else
@@ -32,7 +33,7 @@ import scipy.sparse as sp
 
 from .. import __version__
 from ..cluster import MeshParcellation
-from ..cluster._init import shared_starts
+from ..cluster._init import seeding_candidates, shared_starts
 from ..distributed import active_client, finished, scattered_rows, task_location
 from . import placement
 from ._log import Log, bar
@@ -224,15 +225,37 @@ def _fit_as_tasks(
 
 
 def _batches(todo: list[FitJob], threads: int) -> list[list[FitJob]]:
-    """The fits a task each, or a split's fits at one K (on one set of features) a task
-    each where there are at least as many such groups as worker threads: grouped, the
-    methods that seed alike share their start, without leaving a thread idle."""
-    groups: dict[tuple[tuple[str, str], int], list[FitJob]] = {}
-    for j in todo:
-        groups.setdefault((j.which, j.k), []).append(j)
-    if len(groups) < threads:
+    """The fits grouped into tasks, each task's largest K first.
+
+    Grouped, the fits of a task on one set of features share their k-means++ starts
+    (:func:`~lsd_dask.cluster._init.shared_starts`): the methods that seed alike at one
+    K, and every K whose start draws as many candidates a centre (K = 148…403), whose
+    starts are the first K centres of one. So a split's fits go in one task per number of
+    candidates where no task then costs more than a thread's share of the stage (its
+    fits' seeded K, summed, as the cost: the products and the start grow with K);
+    else in one task per K where there are at least as many of those as worker threads;
+    else one task per fit, so that no thread waits.
+    """
+
+    def grouped(key: Any) -> list[list[FitJob]]:
+        groups: dict[Any, list[FitJob]] = {}
+        for j in todo:
+            groups.setdefault(key(j), []).append(j)
+        return [sorted(g, key=lambda j: -j.k) for g in groups.values()]
+
+    by_start = grouped(lambda j: (j.which, seeding_candidates(_seeded_k(j))))
+    share = sum(_seeded_k(j) for j in todo) / max(threads, 1)
+    if len(by_start) >= threads and max(sum(map(_seeded_k, g)) for g in by_start) <= share:
+        return by_start
+    by_k = grouped(lambda j: (j.which, j.k))
+    if len(by_k) < threads:
         return [[j] for j in todo]
-    return list(groups.values())
+    return by_k
+
+
+def _seeded_k(j: FitJob) -> int:
+    """The clusters a fit seeds: K, or the oversegmented fit's ``ceil(oversegment × K)``."""
+    return int(np.ceil(float(getattr(j.est, "oversegment", 1.0)) * j.k))
 
 
 def _fit_batch(ests: list[MeshParcellation], F: Any, kept: np.ndarray) -> list[dict[str, Any]]:

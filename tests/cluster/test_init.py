@@ -148,16 +148,16 @@ def test_a_shared_start_is_the_start_made_again(seed, k, metric, n):
         )
 
 
-def test_different_rows_seeds_or_k_are_not_shared():
+def test_different_rows_seeds_or_candidates_are_not_shared():
     """Each different seeding inside one block is its own start, equal to the one made
     outside; only the repeats are served from the store, and the oldest starts go first
-    once it holds ``MAX_SHARED_STARTS``."""
+    once it holds ``MAX_SHARED_STARTS``. (K = 5 and 8 draw 3 and 4 candidates a centre.)"""
     import lsd_dask.cluster._init as init
 
     X, _ = _blobs(8, 20, 10, seed=0, spread=0.3)
     Y = X.copy()
     Y[5] = Y[6]  # one row differs
-    cases = [(X, 5, 0), (X, 5, 1), (X, 6, 0), (Y, 5, 0)]
+    cases = [(X, 5, 0), (X, 5, 1), (X, 8, 0), (Y, 5, 0)]
     starts: OrderedDict = OrderedDict()
     with init.shared_starts(starts):
         for A, k, seed in cases + cases:
@@ -170,6 +170,36 @@ def test_different_rows_seeds_or_k_are_not_shared():
             kmeanspp_rows(X, 3, np.random.default_rng(100 + seed))
         assert len(starts) == init.MAX_SHARED_STARTS
     assert init._STARTS.get() is None  # closed: nothing is kept outside a block
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    ks=st.lists(st.integers(1, 60), min_size=2, max_size=6),
+    trials=st.sampled_from([None, 3]),
+    metric=st.sampled_from(["cosine", "euclidean"]),
+)
+def test_a_start_at_one_k_is_made_from_a_start_at_another(seed, ks, trials, metric):
+    """Seedings at several K in any order, inside one block: each has the centres and
+    leaves the generator state of the seeding at its K made outside, while the block keeps
+    one start per number of candidates (the first K of a longer start, or a shorter one
+    carried on)."""
+    import lsd_dask.cluster._init as init
+
+    X, _ = _blobs(10, 15, 12, seed=seed % 5, spread=0.3)
+    starts: OrderedDict = OrderedDict()
+    for k in ks:
+        ref_rng = np.random.default_rng(seed)
+        ref = kmeanspp_rows(X, k, ref_rng, metric=metric, n_local_trials=trials)
+        rng = np.random.default_rng(seed)
+        with init.shared_starts(starts):
+            got = kmeanspp_rows(X, k, rng, metric=metric, n_local_trials=trials)
+        np.testing.assert_array_equal(got, ref)
+        assert _state(rng) == _state(ref_rng)
+    counts = {2 + int(np.log(k)) if trials is None else trials for k in ks}
+    assert len(starts) == len(counts)
+    (longest,) = [s for s in starts.values() if s.n == max(ks)]
+    assert len(longest.states) == max(ks)
 
 
 def _outside(A: np.ndarray, k: int, seed: int) -> np.ndarray:

@@ -143,3 +143,53 @@ def test_fits_share_a_task_only_where_the_groups_fill_the_threads():
     assert sorted(len(b) for b in grouped) == [1, 1, 1, 1, 2, 2, 2, 2]
     assert sorted(id(j) for b in grouped for j in b) == sorted(map(id, jobs))
     assert _batches(jobs, threads=9) == [[j] for j in jobs]
+
+
+def test_fits_whose_starts_share_centres_share_a_task_where_the_threads_stay_busy():
+    """K = 200, 300 and 400 draw 7 candidates a centre (50: 5), so their starts are the
+    first K centres of one: a split's fits at those K, on one kind of features, share a
+    task, largest K first, where no task then costs more than a thread's share (seeded K
+    summed); else a task per K; else per fit."""
+    from lsd_dask.pipeline.fits import FitJob, _batches
+    from lsd_dask.pipeline.methods import MethodSpec
+
+    specs = [
+        MethodSpec("a", "directional", "us", {}),
+        MethodSpec("b", "spherical_kmeans", "us", {}),
+        MethodSpec("c", "lsd", "u", {}),
+    ]
+    jobs = [
+        FitJob(split, spec, k, None, {}, "", "")  # type: ignore[arg-type]
+        for split in ("split1", "split2")
+        for spec in specs
+        for k in (50, 200, 300, 400)
+    ]
+    grouped = _batches(jobs, threads=2)
+    assert len(grouped) == 8  # 2 splits × 2 kinds of features × 2 candidate counts
+    for batch in grouped:
+        assert len({(j.split, j.spec.features, j.k == 50) for j in batch}) == 1
+        assert [j.k for j in batch] == sorted((j.k for j in batch), reverse=True)
+    assert sorted(len(b) for b in grouped) == [1, 1, 2, 2, 3, 3, 6, 6]
+    assert sorted(id(j) for b in grouped for j in b) == sorted(map(id, jobs))
+    # 4 threads: a thread's share is 1,425; the 6 fits at 200…400 cost 1,800
+    by_k = _batches(jobs, threads=4)
+    assert len(by_k) == 16
+    assert all(len({(j.split, j.spec.features, j.k) for j in b}) == 1 for b in by_k)
+    assert _batches(jobs, threads=17) == [[j] for j in jobs]
+
+    class Oversegmented:
+        oversegment = 3.0
+
+    # an oversegmented fit seeds 3K: 150 and 300 clusters at K = 50 and 100 (7
+    # candidates), 1,200 at K = 400 (9)
+    fine = [
+        FitJob(split, specs[0], k, Oversegmented(), {}, "", "")  # type: ignore[arg-type]
+        for split in ("split1", "split2")
+        for k in (50, 100, 400)
+    ]
+    assert sorted([j.k for j in b] for b in _batches(fine, threads=2)) == [
+        [100, 50],
+        [100, 50],
+        [400],
+        [400],
+    ]
