@@ -19,6 +19,7 @@ Run: ``python benchmarks/cluster_stage.py --pipeline /work/full/study/e2e-2w.yam
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -74,14 +75,18 @@ def main() -> None:
         for r in range(1, args.rounds + 1):
             shutil.rmtree(args.scratch / "work" / "labels", ignore_errors=True)
             lines: list[str] = []
-            ctx = RunContext.open(cfg, lines.append, meshes)
+            start = [time.perf_counter()]  # the stage's start, once it starts
+            log = functools.partial(_timed, lines, start)
+            ctx = RunContext.open(cfg, log, meshes)
             try:
                 stage = ClusterStage() if args.stage == "cluster" else SvdStage()
                 units = stage.plan(ctx)
                 cpu0 = np.sum([_cpu(p) for p in workers], axis=0)
-                t0 = time.perf_counter()
+                t0 = start[0] = time.perf_counter()
                 for u, _ in stage.compute(ctx, units):
                     ctx.wd.record(u.name, u.key, u.outputs)
+                    if args.stage == "svd":
+                        log(f"[svd] {u.name} saved")
                 seconds = time.perf_counter() - t0
                 cpu = np.sum([_cpu(p) for p in workers], axis=0) - cpu0
             finally:
@@ -92,7 +97,7 @@ def main() -> None:
                 f"(user {cpu[0]:.1f}, system {cpu[1]:.1f})"
             )
             for ln in lines:
-                if "fits as" in ln:
+                if "fits as" in ln or "[svd]" in ln:
                     print(f"  {ln}")
             print("  " + "; ".join(f"{s} {m} K={k} {t} s" for s, m, k, t in sorted(fits)))
         made = (
@@ -103,6 +108,11 @@ def main() -> None:
         work = args.scratch / "work"
         same = [np.array_equal(np.load(p), np.load(source / p.relative_to(work))) for p in made]
         print(f"outputs bit for bit the run's: {sum(same)} of {len(same)}")
+
+
+def _timed(lines: list[str], start: list[float], line: str) -> None:
+    """A log line kept with its second of the stage."""
+    lines.append(f"{time.perf_counter() - start[0]:7.1f} s {line}")
 
 
 #: a fit's log line: split, method, K, seconds
