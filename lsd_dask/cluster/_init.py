@@ -39,7 +39,7 @@ def shared_starts(starts: OrderedDict[tuple[Any, ...], _Seeding] | None = None) 
     it would have after making them itself, so every fit is bit for bit what it is outside
     the block. Directional clustering and spherical k-means seed alike from the same
     features and ``random_state`` (both on unit rows, under the cosine metric), and every
-    K with the same number of candidates (``2 + int(log K)``: 7 for K = 148…403) shares
+    K with the same number of candidates (``2 + int(log K)``: 7 for K = 149…403) shares
     one start: at full scale (59,784 × 1,000 features) the starts at K = 50…400 took
     11.6 s of one thread per method and split, the largest alone 3.1 s. The block is per
     thread (a context variable): each task on a worker has its own.

@@ -229,7 +229,7 @@ def _batches(todo: list[FitJob], threads: int) -> list[list[FitJob]]:
 
     Grouped, the fits of a task on one set of features share their k-means++ starts
     (:func:`~lsd_dask.cluster._init.shared_starts`): the methods that seed alike at one
-    K, and every K whose start draws as many candidates a centre (K = 148…403), whose
+    K, and every K whose start draws as many candidates a centre (7 for K = 149…403), whose
     starts are the first K centres of one. So a split's fits go in one task per number of
     candidates where no task then costs more than a thread's share of the stage (its
     fits' seeded K, summed, as the cost: the products and the start grow with K);
