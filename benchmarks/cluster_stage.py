@@ -116,7 +116,7 @@ def _timed(lines: list[str], start: list[float], line: str) -> None:
 
 
 #: a fit's log line: split, method, K, seconds
-_FIT = re.compile(r"\[cluster\] .* (\S+) (\S+) K=(\d+): ([\d.]+) s")
+_FIT = re.compile(r"\[cluster\] \[[#.]*\] \d+/\d+ (\S+) (\S+) K=(\d+): ([\d.]+) s")
 
 
 def _copy_work(source: Path, dest: Path) -> None:

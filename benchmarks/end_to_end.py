@@ -149,7 +149,7 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
 
     def log(line: str) -> None:
         meter.log(line)
-        m = re.search(r"^\[cluster\] .*K=(\d+): ([\d.]+) s, (\d+) iterations", line)
+        m = re.search(r"^\[cluster\] \[[#.]*\] .*K=(\d+): ([\d.]+) s, (\d+) iterations", line)
         if m:
             fits.append((int(m[1]), float(m[2]), int(m[3])))
 

@@ -74,7 +74,7 @@ class ClusterStage:
             key=lambda j: (splits.index(j.split), j.spec.features),
         )
         return [
-            Unit(j.stage, j.key, [j.path], label=f"{j.split} {j.spec.name} K={j.k}", item=j)
+            Unit(j.stage, j.key, [j.path], label=_fit_name(j), item=j)
             for j in jobs
         ]
 
@@ -94,7 +94,7 @@ class ClusterStage:
         features: dict[Any, Any] = {}
         starts: OrderedDict[Any, Any] = OrderedDict()  # the methods that seed alike: once per K
         for i, j in enumerate(jobs, 1):
-            log(f"[cluster] {bar(i - 1, len(jobs))} next: {j.split} {j.spec.name} K={j.k}")
+            log(f"[cluster] {bar(i - 1, len(jobs))} next: {_fit_name(j)}")
             if j.which not in features:
                 features.clear()  # one set of features in memory at a time (jobs in order)
                 features[j.which] = _features(wd, j.split, j.spec.features)
@@ -201,6 +201,10 @@ def _fit_as_tasks(
     # on every worker: fits then go wherever a thread is free
     client.replicate(list(loads.values()))
     batches = _batches(todo, sum(client.nthreads().values()))
+    # a task of several fits tells each fit but its last as it ends (the last one's line
+    # comes with the task's labels): on a topic of this stage's own
+    topic = f"lsd-dask-fits-{uuid.uuid4().hex}"
+    client.subscribe_topic(topic, lambda event: log(_fitted_line(event[1])))
     futures = {}
     # largest K first, over all splits: the long fits start early and the short ones fill
     # the threads at the end (longest-first scheduling; a fit's cost grows with K). In that
@@ -210,18 +214,21 @@ def _fit_as_tasks(
         names = "-".join(b.spec.name for b in batch)
         key = f"fit_labels-{j.split}-{names}-K{j.k}-{uuid.uuid4().hex}"
         fit = client.submit(
-            _fit_batch, [b.est for b in batch], loads[j.which], shared_kept, key=key,
-            priority=j.k,
+            _fit_batch, [b.est for b in batch], loads[j.which], shared_kept,
+            [_fit_name(b) for b in batch], topic, key=key, priority=j.k,
         )  # fmt: skip
         futures[fit] = batch
     loads.clear()  # the fits hold the features; they are released as the fits finish
     log(f"[cluster] {len(todo)} fits as {len(futures)} tasks on {len(client.nthreads())} workers")
     i = 0
-    for batch, outs in finished(client, futures):
-        for j, out in zip(batch, outs, strict=True):
-            i += 1
-            _save(wd, j, out, log, bar(i, len(todo)))
-            yield j, out
+    try:
+        for batch, outs in finished(client, futures):
+            for j, out in zip(batch, outs, strict=True):
+                i += 1
+                _save(wd, j, out, log, bar(i, len(todo)))
+                yield j, out
+    finally:
+        client.unsubscribe_topic(topic)
 
 
 def _batches(todo: list[FitJob], threads: int) -> list[list[FitJob]]:
@@ -258,11 +265,51 @@ def _seeded_k(j: FitJob) -> int:
     return int(np.ceil(float(getattr(j.est, "oversegment", 1.0)) * j.k))
 
 
-def _fit_batch(ests: list[MeshParcellation], F: Any, kept: np.ndarray) -> list[dict[str, Any]]:
+def _fit_batch(
+    ests: list[MeshParcellation],
+    F: Any,
+    kept: np.ndarray,
+    names: list[str] | None = None,
+    topic: str | None = None,
+) -> list[dict[str, Any]]:
     """:func:`fit_labels` of each estimator on the same features, one after another, each
-    k-means++ start made once (a worker's task)."""
+    k-means++ start made once (a worker's task). With ``topic``, each fit but the last
+    is told on it as it ends (``names``: the fits' names), for the client's log."""
+    outs = []
     with shared_starts():
-        return [fit_labels(est, F, kept) for est in ests]
+        for i, est in enumerate(ests):
+            outs.append(fit_labels(est, F, kept))
+            if topic is not None and names is not None and i + 1 < len(ests):
+                _tell(topic, names[i], outs[-1])
+    return outs
+
+
+def _tell(topic: str, name: str, out: dict[str, Any]) -> None:
+    """A fit's end, as an event on ``topic`` (from a worker; nothing elsewhere)."""
+    from distributed import get_worker
+
+    try:
+        worker = get_worker()
+    except ValueError:
+        return
+    worker.log_event(
+        topic,
+        {"fit": name, "seconds": out["seconds"], "n_iter": out["n_iter"], "where": out["where"]},
+    )
+
+
+def _fit_name(j: FitJob) -> str:
+    """How the log names a fit: ``split1 directional K=100``."""
+    return f"{j.split} {j.spec.name} K={j.k}"
+
+
+def _fitted_line(msg: dict[str, Any]) -> str:
+    """The log line of a fit told by its task before the task's end."""
+    iters = f", {msg['n_iter']} iterations" if msg.get("n_iter") is not None else ""
+    return (
+        f"[cluster] fitted {msg['fit']}: {msg['seconds']:.1f} s{iters} ({msg['where']}); "
+        "saved with the rest of its task"
+    )
 
 
 def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) -> None:
@@ -279,7 +326,7 @@ def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) 
             f"({out['blur_steps']} steps{chosen})"
         )
     log(
-        f"[cluster] {progress} {j.split} {j.spec.name} K={j.k}: "
+        f"[cluster] {progress} {_fit_name(j)}: "
         f"{out['seconds']:.1f} s{iters}{parcels}{blur}{where}"
     )
 

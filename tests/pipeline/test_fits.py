@@ -81,6 +81,15 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
         # methods that seed alike seed once (their labels are compared below)
         assert any("20 fits as 8 tasks on 2 workers" in ln for ln in lines)
         assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in fitted} <= workers
+        # each fit of a task but its last is told as it ends, before its task's labels
+        # come back: 20 fits in 8 tasks, 12 lines, each before that fit's saved line
+        told = [ln for ln in lines if ln.startswith("[cluster] fitted ")]
+        assert len(told) == 12, told
+        for ln in told:
+            name = ln.removeprefix("[cluster] fitted ").split(":")[0]
+            saved = [i for i, s in enumerate(lines) if s in fitted and f" {name}: " in s]
+            assert len(saved) == 1 and lines.index(ln) < saved[0], name
+            assert "saved with the rest of its task" in ln
         # every worker starts with a fit at the largest K (longest-first scheduling; a
         # worker that runs out may then steal any fit, so only the first is certain)
         started: dict[str, list[tuple[float, int]]] = {}
