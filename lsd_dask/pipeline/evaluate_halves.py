@@ -111,7 +111,7 @@ class TimeHalvesStage:
             scored = {h: svd_features(U, s) for h, (U, s) in halves.items()}
             corr = {h: ev.pair_correlations(Z, pairs) for h, Z in scored.items()}
             nulls = spin_nulls(ctx, scored, pairs, corr)
-            starts: OrderedDict[Any, Any] = OrderedDict()  # alike seeds: once per half and K
+            starts: OrderedDict[Any, Any] = OrderedDict()  # alike starts: once per half
             for unit in todo:
                 spec, k = unit.item
                 for fitted, other in (("half1", "half2"), ("half2", "half1")):

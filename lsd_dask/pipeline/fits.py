@@ -73,10 +73,7 @@ class ClusterStage:
             ),
             key=lambda j: (splits.index(j.split), j.spec.features),
         )
-        return [
-            Unit(j.stage, j.key, [j.path], label=_fit_name(j), item=j)
-            for j in jobs
-        ]
+        return [Unit(j.stage, j.key, [j.path], label=_fit_name(j), item=j) for j in jobs]
 
     def load(self, ctx: RunContext, unit: Unit) -> None:
         return None
@@ -92,7 +89,7 @@ class ClusterStage:
                 yield by_job[id(j)], None
             return
         features: dict[Any, Any] = {}
-        starts: OrderedDict[Any, Any] = OrderedDict()  # the methods that seed alike: once per K
+        starts: OrderedDict[Any, Any] = OrderedDict()  # alike starts made once (every K)
         for i, j in enumerate(jobs, 1):
             log(f"[cluster] {bar(i - 1, len(jobs))} next: {_fit_name(j)}")
             if j.which not in features:
@@ -266,20 +263,16 @@ def _seeded_k(j: FitJob) -> int:
 
 
 def _fit_batch(
-    ests: list[MeshParcellation],
-    F: Any,
-    kept: np.ndarray,
-    names: list[str] | None = None,
-    topic: str | None = None,
+    ests: list[MeshParcellation], F: Any, kept: np.ndarray, names: list[str], topic: str
 ) -> list[dict[str, Any]]:
     """:func:`fit_labels` of each estimator on the same features, one after another, each
-    k-means++ start made once (a worker's task). With ``topic``, each fit but the last
-    is told on it as it ends (``names``: the fits' names), for the client's log."""
+    k-means++ start made once (a worker's task). Each fit but the last is told on
+    ``topic`` as it ends (``names``: the fits' names), for the client's log."""
     outs = []
     with shared_starts():
         for i, est in enumerate(ests):
             outs.append(fit_labels(est, F, kept))
-            if topic is not None and names is not None and i + 1 < len(ests):
+            if i + 1 < len(ests):
                 _tell(topic, names[i], outs[-1])
     return outs
 
@@ -325,10 +318,7 @@ def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) 
             f", features blurred by {j.est.feature_smoothing_mm:g} mm "
             f"({out['blur_steps']} steps{chosen})"
         )
-    log(
-        f"[cluster] {progress} {_fit_name(j)}: "
-        f"{out['seconds']:.1f} s{iters}{parcels}{blur}{where}"
-    )
+    log(f"[cluster] {progress} {_fit_name(j)}: {out['seconds']:.1f} s{iters}{parcels}{blur}{where}")
 
 
 def _task_features(root: str, storage_options: Any, split: str, kind: str) -> np.ndarray:
