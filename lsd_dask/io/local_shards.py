@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import crc32c
 import numpy as np
 
 __all__ = ["RowBlocks", "ShardLayout", "local_layout", "read_rows", "write_rows"]
@@ -324,12 +325,16 @@ def _index(fd: int, chunks: int, path: str) -> np.ndarray:
 
 def _crc(*pieces: np.ndarray) -> bytes:
     """The CRC32C of the pieces' bytes, in order, as the ``crc32c`` codec stores it (4
-    bytes, little-endian)."""
-    import google_crc32c
+    bytes, little-endian).
 
+    By the ``crc32c`` package (SSE4.2 or ARMv8 instructions over interleaved streams):
+    a 260 MB subject in 0.018 s against 0.039–0.053 s for ``google_crc32c``, which zarr
+    uses, on the AVX-512 development machine. Every read of a subject checks it, so
+    that is 0.02–0.03 s a subject off every pass of the SVD and off ingest's write.
+    """
     crc = 0
     for piece in pieces:
-        crc = google_crc32c.extend(crc, piece)
+        crc = crc32c.crc32c(piece.data, value=crc)
     return bytes(np.uint32(crc).astype("<u4").tobytes())
 
 

@@ -242,3 +242,22 @@ def test_arrays_it_cannot_read_go_through_zarr(tmp_path):
         dtype="float32", compressors=[zarr.codecs.Crc32cCodec()],
     )  # fmt: skip
     assert local_layout(by_columns) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pieces=st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=5),
+    dtype=st.sampled_from(["u1", "<f4", "<f8"]),
+)
+def test_checksum_is_zarrs_crc32c_over_the_pieces_in_order(pieces, dtype):
+    """``_crc`` (the ``crc32c`` package) gives what zarr's own codec library,
+    ``google_crc32c``, gives over the same bytes laid end to end, stored little-endian."""
+    import google_crc32c
+
+    from lsd_dask.io.local_shards import _crc
+
+    size = np.dtype(dtype).itemsize
+    arrays = [np.frombuffer(p[: len(p) // size * size], dtype) for p in pieces]
+    whole = b"".join(a.tobytes() for a in arrays)
+    expected = int(google_crc32c.value(whole)).to_bytes(4, "little")
+    assert _crc(*arrays) == expected

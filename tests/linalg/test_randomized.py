@@ -928,11 +928,16 @@ def test_tsqr_basis_for_a_power_iteration_is_y_times_r_inverse(cond, dtype, seed
 
 
 @settings(max_examples=25, deadline=None)
-@given(cond=st.floats(1.0, 1e4), m=st.integers(20, 400), seed=st.integers(0, 2**16))
-def test_the_row_basis_r_from_the_gram_is_the_qrs_up_to_signs(cond, m, seed):
+@given(
+    cond=st.floats(1.0, 1e4),
+    m=st.integers(20, 400),
+    seed=st.integers(0, 2**16),
+    order=st.sampled_from("CF"),
+)
+def test_the_row_basis_r_from_the_gram_is_the_qrs_up_to_signs(cond, m, seed, order):
     """``_gram_r``: the Cholesky factor of zᵀ z is z's QR's R with its rows' signs
     flipped to a positive diagonal, to ε κ(z)² (κ set here up to 1e4), against scipy's QR
-    in float64."""
+    in float64; for a C- or an F-ordered z (the Gram is taken from either as it lies)."""
     import scipy.linalg as sla
 
     from lsd_dask.linalg.randomized import _gram_r
@@ -940,7 +945,7 @@ def test_the_row_basis_r_from_the_gram_is_the_qrs_up_to_signs(cond, m, seed):
     rng = np.random.default_rng(seed)
     U = np.linalg.qr(rng.standard_normal((m, 20)))[0]
     V = np.linalg.qr(rng.standard_normal((20, 20)))[0]
-    z = U * np.geomspace(1.0, 1.0 / cond, 20) @ V
+    z = np.asarray(U * np.geomspace(1.0, 1.0 / cond, 20) @ V, order=order)
     r = _gram_r(z)
     ref = sla.qr(z, mode="r")[0][:20]
     ref *= np.sign(np.diag(ref))[:, None]
