@@ -108,6 +108,22 @@ def main() -> None:
         work = args.scratch / "work"
         same = [np.array_equal(np.load(p), np.load(source / p.relative_to(work))) for p in made]
         print(f"outputs bit for bit the run's: {sum(same)} of {len(same)}")
+        if args.stage == "svd":
+            for split in sorted({p.name.split("_")[0] for p in made}):
+                _compare_svd(split, work, source)
+
+
+def _compare_svd(split: str, made: Path, run: Path) -> None:
+    """How far a split's SVD made again is from the run's: the singular values' largest
+    relative difference, and the smallest cosine of the principal angles between the
+    two U's column spans (1 where they span the same subspace)."""
+    s, s0 = (np.load(d / f"{split}_s.npy").astype(np.float64) for d in (made, run))
+    U, U0 = (np.load(d / f"{split}_U.npy") for d in (made, run))
+    cosines = np.linalg.svd(U.T.astype(np.float64) @ U0, compute_uv=False)
+    print(
+        f"  {split}: singular values within {np.max(np.abs(s - s0) / s0):.1e} (relative), "
+        f"U's span: smallest principal cosine {cosines.min():.7f}"
+    )
 
 
 def _timed(lines: list[str], start: list[float], line: str) -> None:

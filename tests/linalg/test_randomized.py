@@ -294,9 +294,10 @@ def test_an_svd_given_one_worker_keeps_its_passes_and_qrs_there(store):
     ran = [(str(t["key"]), t["worker"]) for t in ts.data]
     # a fused task that runs a group pass again has a name of its own with this in it
     groups = [w for k, w in ran if "group_pass" in k]
-    qrs = [w for k, w in ran if k.startswith("_qr_reflectors-")]
+    qrs = [w for k, w in ran if k.startswith(("_qr_reflectors-", "_lu_basis-"))]
     assert groups == [one] * 3, ran  # the sketch and 2 power iterations, once each
     assert qrs and set(qrs) == {one}, ran
+    assert any(k.startswith("_lu_basis-") for k, _ in ran), ran  # one row block: LU
     np.testing.assert_allclose(s, sb, rtol=1e-5)
     assert _min_cos(U, Ub) > 1 - 1e-5
     np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
@@ -1003,6 +1004,106 @@ def test_tsqr_basis_of_a_rank_deficient_y_is_the_reflectors_q():
     assert np.isfinite(Q).all()
     np.testing.assert_allclose(Q.T @ Q, np.eye(12), atol=1e-4)
     np.testing.assert_allclose(Q @ (Q.T @ Y), Y, atol=1e-4 * np.abs(Y).max())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_extra=st.integers(0, 300),
+    l=st.integers(1, 40),
+    cond=st.floats(1.0, 1e3),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    order=st.sampled_from("CF"),
+    seed=st.integers(0, 2**16),
+)
+def test_the_lu_basis_is_p_times_l_of_scipys_lu(n_extra, l, cond, dtype, order, seed):
+    """``_lu_basis(y)`` is ``P L`` of scipy's LU with partial pivoting (``y = P L U``), in
+    y's dtype: so ``B U = y`` (the same span), every entry at most 1 in magnitude, and a
+    unit lower triangle in the pivot rows; for a C- or an F-ordered y."""
+    import scipy.linalg as sla
+
+    from lsd_dask.linalg.randomized import _lu_basis
+
+    rng = np.random.default_rng(seed)
+    n = l + n_extra
+    U = np.linalg.qr(rng.standard_normal((n, l)))[0]
+    V = np.linalg.qr(rng.standard_normal((l, l)))[0]
+    y = np.asarray((U * np.geomspace(1.0, 1.0 / cond, l) @ V).astype(dtype), order=order)
+    B = _lu_basis(y)
+    assert B is not None and B.dtype == dtype and B.shape == y.shape
+    p, lower, upper = sla.lu(y)
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(B, p @ lower, atol=100 * eps * cond)
+    assert np.abs(B).max() <= 1.0
+    np.testing.assert_allclose(B @ upper, y, atol=100 * eps * np.abs(y).max())
+
+
+def test_the_lu_basis_of_a_rank_deficient_y_is_none_and_the_svd_falls_back():
+    """Where U's diagonal shows y near singular there is no LU basis (``L`` there is
+    rounding); the numpy SVD's power iterations then take the QR's, and still find the
+    few directions X has."""
+    from lsd_dask.linalg.randomized import _lu_basis
+
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal((300, 12)).astype(np.float32)
+    y[:, 5] = y[:, 0] + y[:, 1]
+    assert _lu_basis(y) is None
+    X = (rng.standard_normal((300, 4)) @ rng.standard_normal((4, 200))).astype(np.float32)
+    _, s, _ = randomized_svd(X, 10, n_power_iter=3, random_state=0, return_vt=False)
+    np.testing.assert_allclose(s[:4], np.linalg.svd(X, compute_uv=False)[:4], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("n_power_iter", "final_pass", "lus"),
+    [(0, True, 0), (1, True, 1), (1, False, 0), (2, False, 1), (3, False, 2), (3, True, 3)],
+)
+def test_only_a_basis_that_starts_a_plain_power_pass_is_an_lu(
+    monkeypatch, n_power_iter, final_pass, lus
+):
+    """The range finder takes Y's LU for the bases that only start a product by X Xᵀ:
+    not the last (U is made from it), nor, without a final pass, the one whose Xᵀ Q the
+    row basis is made from (an LU basis's spread of scales would drop directions there).
+    Its singular values and U are the all-QR run's to float32 rounding, and as close to
+    the exact ones."""
+    from lsd_dask.linalg import randomized
+
+    rng = np.random.default_rng(3)
+    lat = np.linalg.qr(rng.standard_normal((600, 60)))[0] * np.geomspace(50, 2, 60)
+    X = (lat @ rng.standard_normal((60, 400)) + rng.standard_normal((600, 400))).astype(
+        np.float32
+    )
+    calls = []
+    lu = randomized._lu_basis
+    monkeypatch.setattr(randomized, "_lu_basis", lambda y: calls.append(y.shape) or lu(y))
+    kw = dict(n_power_iter=n_power_iter, final_pass=final_pass, random_state=0)
+    U, s, _ = randomized_svd(X, 40, return_vt=False, **kw)
+    assert len(calls) == lus
+    monkeypatch.setattr(randomized._NumpyPasses, "scaled_basis", randomized._NumpyPasses.basis)
+    Uq, sq, _ = randomized_svd(X, 40, return_vt=False, **kw)
+    np.testing.assert_allclose(s, sq, rtol=1e-4)
+    assert _min_cos(U, Uq) > 1 - 1e-4
+    exact = np.linalg.svd(X.astype(np.float64), compute_uv=False)[:40]
+    err, err_q = np.abs(s - exact) / exact, np.abs(sq - exact) / exact
+    assert err.max() <= err_q.max() + 1e-4
+
+
+def test_lu_basis_on_the_workers_is_the_numpy_ones():
+    """``lu_basis`` on a real 2-process cluster: a one-row-block dask Y gives the basis
+    ``_lu_basis`` gives here, bit for bit; a near-singular Y gives None; Y in two row
+    blocks is refused."""
+    from lsd_dask.linalg.randomized import _lu_basis, lu_basis
+
+    rng = np.random.default_rng(1)
+    y = rng.standard_normal((400, 30)).astype(np.float32)
+    bad = y.copy()
+    bad[:, 7] = bad[:, 3]
+    with _two_workers() as client:
+        client.wait_for_workers(2)
+        B = lu_basis(da.from_array(y, chunks=(400, 30)))
+        assert B is not None
+        np.testing.assert_array_equal(B.compute(), _lu_basis(y))
+        assert lu_basis(da.from_array(bad, chunks=(400, 30))) is None
+    with pytest.raises(ValueError, match="one row block, not 2"):
+        lu_basis(da.from_array(y, chunks=(200, 30)))
 
 
 @settings(max_examples=25, deadline=None)
