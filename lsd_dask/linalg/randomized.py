@@ -103,7 +103,9 @@ def randomized_svd(
     k : int
     n_oversamples : int, default=10
     n_power_iter : int, default=2
-        Power iterations, each re-orthonormalised by a (tall-skinny) QR.
+        Power iterations, each re-orthonormalised by a (tall-skinny) QR; a basis that
+        only starts another product by X Xᵀ is normalised by an LU instead where it is
+        in one piece (numpy, or one worker thread: :func:`lu_basis`).
     random_state : int, Generator or None
         Seeds the test matrix Ω, which does not depend on X's chunks: numpy and dask
         inputs, however chunked, start from the same Ω.
