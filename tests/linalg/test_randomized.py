@@ -304,6 +304,33 @@ def test_an_svd_given_one_worker_keeps_its_passes_and_qrs_there(store):
     assert _min_cos(U, U0[:, :6]) > 0.99
 
 
+def test_a_one_worker_svd_of_rank_deficient_data_falls_back_from_the_lu(tmp_path):
+    """Data of rank 3 and l = 16: every basis's Y is rank-deficient, so each LU gives no
+    basis and the QR's is taken instead, from the same persisted Y: each pass's group
+    task still runs once, and the SVD finds the 3 directions there are."""
+    from distributed import get_task_stream
+
+    rng = np.random.default_rng(5)
+    lat = rng.standard_normal((600, 3)) * [10.0, 5.0, 2.0]
+    subs = [(f"s{i}", (lat @ rng.standard_normal((3, 50))).astype(np.float32)) for i in range(4)]
+    p = write_split(tmp_path / "split.zarr", subs, n_vertices=600, timepoints=50, vertex_chunk=128)
+    X = np.concatenate([x for _, x in subs], axis=1).astype(np.float64)
+    with _two_workers() as client:
+        client.wait_for_workers(2)
+        one = sorted(client.nthreads())[0]
+        with get_task_stream(client) as ts:
+            _, s, _ = randomized_svd(open_split(p).column_blocks, 6, n_power_iter=3,
+                                     final_pass=True, random_state=0, return_vt=False,
+                                     workers=[one])  # fmt: skip
+    keys = [str(t["key"]) for t in ts.data]
+    assert sum("group_pass" in k for k in keys) == 5, keys  # sketch, 3 powers, transpose
+    assert sum(k.startswith("_lu_basis-") for k in keys) == 3, keys
+    # the reflectors of the 3 bases the LUs gave none for, and of the last
+    assert sum(k.startswith("_qr_reflectors-") for k in keys) == 4, keys
+    np.testing.assert_allclose(s[:3], np.linalg.svd(X, compute_uv=False)[:3], rtol=1e-5)
+    assert np.all(s[3:] < 1e-4 * s[0])
+
+
 def test_a_client_without_workers_puts_no_restriction_on_the_group_tasks():
     """All workers lost (a killed SVD worker's nanny not yet back): no thread to ask for,
     so no restriction; the tasks wait for the workers that come."""
