@@ -908,7 +908,7 @@ class _BlockPasses:
             B = lu_basis(Y)
             if B is not None:
                 return B
-        return tsqr(Y, self.row_chunks, persist=self.eager, exact=False)
+        return self.basis(Y)
 
     def orthonormal_r(self, Y: Any) -> tuple[Any, np.ndarray]:
         Q, R = tsqr(Y, self.row_chunks, persist=self.eager, with_r=True, formed=False)
