@@ -33,6 +33,7 @@ of each sample) and the K × d centres.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -440,15 +441,22 @@ def _potts(
     row_sq = np.asarray(row_sq, np.float64)
     total = float(row_sq.sum())
     state = {"D": res.D, "sbar": res.sbar}
+    # every round's scores go into one array: a new n × K float64 each round (0.57 GB at
+    # 59,784 × 1,200) cost its first touch, about a third of the round's product again
+    buffer: list[np.ndarray] = []
 
     def scores() -> np.ndarray:
         D = state["D"]
         dn2 = np.sum(D * D, axis=1)
-        # in place on one float64 array: n × K float64 is 0.57 GB at 59,784 × 1,200
-        P = _times_float64(X, D.T)
-        np.maximum(P, 0.0, out=P)
-        np.multiply(P, P, out=P)
-        np.divide(P, np.where(dn2 > 0, dn2, np.inf), out=P)
+        dn2 = np.where(dn2 > 0, dn2, np.inf)
+
+        def saving(P: np.ndarray) -> None:
+            np.maximum(P, 0.0, out=P)
+            np.multiply(P, P, out=P)
+            np.divide(P, dn2, out=P)
+
+        P = _times_float64(X, D.T, then=saving, out=buffer[0] if buffer else None)
+        buffer[:] = [P]
         return P
 
     def refit(labels: np.ndarray) -> None:
@@ -743,16 +751,33 @@ def _times(X: Array, W: np.ndarray) -> Any:
     return X @ np.asarray(W).astype(dtype, copy=False)
 
 
-def _times_float64(X: Array, W: np.ndarray, rows: int = 8192) -> np.ndarray:
-    """:func:`_times` as a float64 array. A numpy X goes a block of rows at a time into
-    the one float64 result, so the product in X's type (0.29 GB at 59,784 × 1,200 in
-    float32) is never whole beside it; a dask X is computed, then copied."""
+def _times_float64(
+    X: Array,
+    W: np.ndarray,
+    then: Callable[[np.ndarray], None] | None = None,
+    out: np.ndarray | None = None,
+    rows: int = 2048,
+) -> np.ndarray:
+    """:func:`_times` as a float64 array (``out`` where given and of the right shape),
+    ``then`` applied to it in place. A numpy X goes a block of rows at a time into the one
+    float64 result, ``then`` on each block: the product in X's type (0.29 GB at 59,784 ×
+    1,200 in float32) is never whole beside it. A dask X is computed, then copied."""
+    shape = (X.shape[0], np.shape(W)[1])
+    if out is None or out.shape != shape or out.dtype != np.float64:
+        out = np.empty(shape, np.float64)
     if is_dask(X):
         (P,) = compute(_times(X, W))
-        return np.array(P, np.float64)
-    out = np.empty((X.shape[0], np.shape(W)[1]), np.float64)
+        out[...] = P
+        if then is not None:
+            then(out)
+        return out
+    dtype = X.dtype if np.issubdtype(X.dtype, np.floating) else np.float64
+    W = np.asarray(W).astype(dtype)  # once, not per block
     for a in range(0, X.shape[0], rows):
-        out[a : a + rows] = _times(X[a : a + rows], W)
+        block = out[a : a + rows]
+        block[...] = _times(X[a : a + rows], W)
+        if then is not None:
+            then(block)
     return out
 
 

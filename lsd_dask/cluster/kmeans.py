@@ -29,7 +29,7 @@ from ..similarity import squared_row_norms, unit_rows
 from ._base import ClusterBase, _n_features, eager_labels
 from ._bounds import AngleBounds
 from ._init import kmeanspp_rows
-from ._spatial import check_connectivity, potts_phase
+from ._spatial import ScoreColumns, check_connectivity, potts_phase
 
 __all__ = ["KMeans", "SphericalKMeans", "KEVD"]
 
@@ -91,9 +91,10 @@ class _Lloyd(ClusterBase):
             )
         if A is not None:
             state = {"C": C}
+            products = ScoreColumns(X)
 
             def scores() -> np.ndarray:
-                return np.asarray(compute(X @ state["C"].astype(X.dtype, copy=False).T)[0])
+                return products(state["C"])
 
             def refit(lab: np.ndarray) -> None:
                 state["C"] = self._centres(X, lab, state["C"], k, rng)

@@ -261,18 +261,33 @@ def test_numpy_and_dask_agree_where_the_fit_descends():
     k=st.integers(1, 30),
     rows=st.integers(1, 64),
     lazy=st.booleans(),
+    reuse=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_the_float64_product_by_row_blocks_equals_the_whole_product(n, d, k, rows, lazy, seed):
-    """The Potts phase's scores product, a block of rows at a time into one float64 array:
-    the float32 product of the whole, widened (a dask X is computed whole)."""
+def test_the_float64_product_by_row_blocks_equals_the_whole_product(
+    n, d, k, rows, lazy, reuse, seed
+):
+    """The Potts phase's scores product, a block of rows at a time into one float64 array,
+    a step applied to each block in place: the step on the float32 product of the whole,
+    widened (a dask X is computed whole). Given an array of the right shape, it is the
+    result; given a stale one, its old values do not show."""
     from lsd_dask.cluster.directional import _times, _times_float64
 
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d)).astype(np.float32)
     W = rng.standard_normal((d, k))
-    want = np.asarray(_times(X, W), np.float64)
+    want = np.square(np.maximum(np.asarray(_times(X, W), np.float64), 0.0))
     src = da.from_array(X, chunks=(max(1, n // 3), d)) if lazy else X
-    got = _times_float64(src, W, rows=rows)
+    old = np.full((n, k), np.nan) if reuse else None
+
+    def step(P):
+        np.maximum(P, 0.0, out=P)
+        np.multiply(P, P, out=P)
+
+    got = _times_float64(src, W, then=step, out=old, rows=rows)
     assert got.dtype == np.float64 and got.shape == (n, k)
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert (got is old) == reuse
+    # the float32 products by blocks and whole differ in their last bits, doubled by the square
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    wrong = _times_float64(src, W, out=np.zeros((n + 1, k)), rows=rows)
+    assert wrong.shape == (n, k)

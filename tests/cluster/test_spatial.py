@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from lsd_dask import metrics
 from lsd_dask.cluster import DirectionalClustering, SphericalKMeans
-from lsd_dask.cluster._spatial import component_moves, greedy_colouring, icm, potts_cost
+from lsd_dask.cluster._spatial import (
+    ScoreColumns,
+    component_moves,
+    greedy_colouring,
+    icm,
+    potts_cost,
+)
 from lsd_dask.surface import grow_regions, icosphere
 
 MESH = icosphere(10, radius=50.0)
@@ -198,23 +204,94 @@ def _icm_whole_classes(S, labels, adjacency, beta, sweeps):
     return lab
 
 
-@given(seed=st.integers(0, 2**16), beta=st.floats(0.01, 1.0), block=st.integers(1, 300))
-@settings(max_examples=25, deadline=None)
-def test_icm_in_blocks_of_a_class_moves_as_whole_classes_do(seed, beta, block):
-    """A class scored a block of vertices at a time (every block against the labels before
-    the class moved) gives the labels of whole-class updates, exactly."""
-    from lsd_dask.cluster import _spatial
-
+def _scores_with_ties(seed, k, dtype):
+    """Scores on a coarse grid, so that many labels tie with each other and with the
+    Potts bonus: ties must go as a dense argmax sends them."""
     rng = np.random.default_rng(seed)
-    S = rng.standard_normal((A.shape[0], 6))
-    lab = rng.integers(0, 6, A.shape[0])
-    saved = _spatial._ICM_ROWS
-    _spatial._ICM_ROWS = block
-    try:
-        got = icm(S, lab, A, beta, sweeps=3)
-    finally:
-        _spatial._ICM_ROWS = saved
-    np.testing.assert_array_equal(got, _icm_whole_classes(S, lab, A, beta, 3))
+    return (rng.integers(-4, 5, (A.shape[0], k)) * 0.25).astype(dtype)
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    beta=st.sampled_from([0.25, 0.5, 1.0, 0.37]),
+    k=st.integers(2, 40),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+@settings(max_examples=40, deadline=None)
+def test_icm_on_candidate_labels_moves_as_a_dense_argmax_does(seed, beta, k, dtype):
+    """ICM weighs each vertex's own, best-scoring and neighbours' labels only; it gives the
+    labels of whole-class updates over all K labels in float64, ties included."""
+    S = _scores_with_ties(seed, k, dtype)
+    lab = np.random.default_rng(seed + 1).integers(0, k, A.shape[0])
+    got = icm(S, lab, A, beta, sweeps=3)
+    np.testing.assert_array_equal(got, _icm_whole_classes(S.astype(np.float64), lab, A, beta, 3))
+
+
+def _component_moves_dense(S, labels, adjacency, beta, rounds=20):
+    """Region moves as first written: every region weighed against every label, on all
+    of S in float64."""
+    A_ = sp.csr_matrix(adjacency)
+    S = np.asarray(S, np.float64)
+    n, k = S.shape
+    lab = np.asarray(labels, np.int64).copy()
+    coo = sp.coo_matrix(A_)
+    s_max = float(np.abs(S).max())
+    for _ in range(rounds):
+        same = lab[coo.row] == lab[coo.col]
+        G = sp.csr_matrix((np.ones(int(same.sum())), (coo.row[same], coo.col[same])), (n, n))
+        n_comp, comp = sp.csgraph.connected_components(G, directed=False)
+        C = sp.csr_matrix((np.ones(n), (comp, np.arange(n))), shape=(n_comp, n))
+        own = np.bincount(comp, weights=S[np.arange(n), lab], minlength=n_comp)
+        region_label = np.empty(n_comp, np.int64)
+        region_label[comp] = lab
+        H = sp.csr_matrix((np.ones(n), (np.arange(n), lab)), shape=(n, k))
+        E = (C @ A_ @ H).toarray()
+        E[np.arange(n_comp), region_label] = 0.0
+        gain = np.asarray(C @ S) - own[:, None] + beta * E
+        gain[np.arange(n_comp), region_label] = 0.0
+        size = np.bincount(comp, minlength=n_comp)
+        order = np.lexsort((-size, region_label))
+        first = np.ones(n_comp, bool)
+        first[1:] = region_label[order][1:] != region_label[order][:-1]
+        gain[order[first]] = 0.0
+        best = gain.argmax(axis=1)
+        top = gain[np.arange(n_comp), best]
+        cand = np.flatnonzero(top > 1e-12 * max(1.0, s_max))
+        if cand.size == 0:
+            break
+        R = (C @ A_ @ C.T).tocsr()
+        taken = np.zeros(n_comp, bool)
+        blocked = np.zeros(n_comp, bool)
+        for c in cand[np.argsort(-top[cand], kind="stable")]:
+            if blocked[c]:
+                continue
+            taken[c] = True
+            blocked[R.indices[R.indptr[c] : R.indptr[c + 1]]] = True
+        moved = taken[comp]
+        lab[moved] = best[comp[moved]]
+    return lab
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    beta=st.floats(0.01, 3.0),
+    k=st.integers(2, 12),
+    salt=st.floats(0.0, 0.4),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+@settings(max_examples=30, deadline=None)
+def test_region_moves_on_fragments_only_match_the_dense_moves(seed, beta, k, salt, dtype):
+    """Weighing only the regions that may move (not a label's largest), on their own rows
+    of S, gives the labels of weighing every region against every label."""
+    rng = np.random.default_rng(seed)
+    truth = grow_regions(A, k, random_state=seed)
+    S = rng.standard_normal((truth.size, k)) * 0.5
+    S[np.arange(truth.size), truth] += 0.5
+    S = S.astype(dtype)
+    lab = np.where(rng.random(truth.size) < salt, rng.integers(0, k, truth.size), truth)
+    np.testing.assert_array_equal(
+        component_moves(S, lab, A, beta), _component_moves_dense(S, lab, A, beta)
+    )
 
 
 def test_the_potts_phase_holds_one_score_matrix_at_a_time():
@@ -222,7 +299,6 @@ def test_the_potts_phase_holds_one_score_matrix_at_a_time():
     take no n × K temporary: the phase's peak stays well under two score matrices."""
     import tracemalloc
 
-    from lsd_dask.cluster import _spatial
     from lsd_dask.cluster._spatial import potts_phase
 
     mesh = icosphere(40, radius=50.0)
@@ -242,14 +318,44 @@ def test_the_potts_phase_holds_one_score_matrix_at_a_time():
 
     lab0 = np.asarray(scores().argmax(axis=1))
     nbytes = n * k * 8
-    saved = _spatial._ICM_ROWS
-    _spatial._ICM_ROWS = 1024  # ICM's blocks a small share of the scores, as at full size
     tracemalloc.start()
     try:
         potts_phase(scores, lambda lab: None, lab0, adj, 0.3, sweeps=2, max_iter=4, tol=0.0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-        _spatial._ICM_ROWS = saved
     assert state["round"] >= 3  # at least two rounds made new scores while others existed
     assert peak < 1.6 * nbytes, peak / nbytes
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    k=st.integers(1, 30),
+    shares=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=5),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    lazy=st.booleans(),
+)
+@settings(max_examples=30, deadline=None)
+def test_score_columns_follow_the_centres_in_one_array(seed, k, shares, dtype, lazy):
+    """Each call gives X Cᵀ for the centres of that call; on numpy X in the same array,
+    the columns of centres that did not change left as they were, bit for bit."""
+    from lsd_dask.cluster import _spatial
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 2 * _spatial._ROWS + 50))  # one block of rows and several
+    X = rng.standard_normal((n, 7)).astype(dtype)
+    src = da.from_array(X, chunks=(max(1, n // 3), 7)) if lazy else X
+    C = rng.standard_normal((k, 7))
+    products = ScoreColumns(src)
+    first = products(C)
+    for share in shares:
+        before = first.copy()
+        changed = rng.random(k) < share
+        C[changed] = rng.standard_normal((int(changed.sum()), 7))
+        got = products(C)
+        assert got.dtype == dtype and got.shape == (n, k)
+        np.testing.assert_allclose(got, X @ C.astype(dtype).T, rtol=1e-5, atol=1e-5)
+        if not lazy:
+            assert got is first
+            np.testing.assert_array_equal(got[:, ~changed], before[:, ~changed])
+        first = got
