@@ -6,7 +6,8 @@ linked, not copied) is copied to a scratch folder, and the pipeline's cluster st
 pipeline file again there, on a LocalCluster of one-thread worker processes started as a
 run starts them. Printed, for each round: the stage's seconds, the workers' CPU seconds
 (user and system), and each fit's seconds as the stage logs them; then how many labels
-are bit for bit the run's. ``--stage svd`` makes each split's SVD again instead, from
+are bit for bit the run's (or those of ``--compare``, a folder that ``--keep`` filled in a
+round with another version). ``--stage svd`` makes each split's SVD again instead, from
 the run's stores, and compares its U and singular values.
 
 The run's own labels are never touched. Compare two versions of the library by running
@@ -51,6 +52,12 @@ def main() -> None:
         "--stage", choices=["cluster", "svd"], default="cluster",
         help="svd: the SVD stage instead (each split's U and singular values again)",
     )  # fmt: skip
+    ap.add_argument(
+        "--compare", type=Path,
+        help="a work folder whose outputs to compare with (default: the run's own), e.g. "
+        "one --keep made with another version of the library",
+    )
+    ap.add_argument("--keep", type=Path, help="copy this round's outputs there (replaced)")
     args = ap.parse_args()
     run = load_config(args.pipeline)
     source = run.output / "work"
@@ -106,8 +113,19 @@ def main() -> None:
             else sorted((args.scratch / "work").glob("split*_[Us].npy"))
         )
         work = args.scratch / "work"
-        same = [np.array_equal(np.load(p), np.load(source / p.relative_to(work))) for p in made]
-        print(f"outputs bit for bit the run's: {sum(same)} of {len(same)}")
+        reference = args.compare or source
+        pairs = [(p, reference / p.relative_to(work)) for p in made]
+        same = [np.array_equal(np.load(p), np.load(q)) for p, q in pairs if q.is_file()]
+        print(
+            f"outputs bit for bit those in {reference}: {sum(same)} of {len(same)} "
+            f"({len(made) - len(same)} not there to compare)"
+        )
+        if args.keep:
+            shutil.rmtree(args.keep, ignore_errors=True)
+            for p in made:
+                dest = args.keep / p.relative_to(work)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(p, dest)
         if args.stage == "svd":
             for split in sorted({p.name.split("_")[0] for p in made}):
                 _compare_svd(split, work, source)
