@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.csgraph  # noqa: F401 - sp.csgraph
 
-from .._validation import compute, is_dask
+from .._validation import compute, float_type, is_dask
 
 __all__ = [
     "POTTS_TOL",
@@ -129,7 +129,7 @@ class ScoreColumns:
 
     def __call__(self, C: np.ndarray) -> np.ndarray:
         X = self.X
-        dtype = X.dtype if np.issubdtype(X.dtype, np.floating) else np.float64
+        dtype = float_type(X)
         C = np.array(C, dtype)  # a copy: the caller's centres may change in place
         if is_dask(X):
             (S,) = compute(X @ C.T)

@@ -42,7 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
-from .._validation import Array, RandomState, check_array, compute, is_dask, warn
+from .._validation import Array, RandomState, check_array, compute, float_type, is_dask, warn
 from ..linalg.reductions import cluster_sums, own_centre_projection, rows_like
 from ..similarity import squared_row_norms, unit_rows
 from ._base import ClusterBase, _n_features, eager_labels
@@ -747,7 +747,7 @@ def _times(X: Array, W: np.ndarray) -> Any:
     half the GEMM rate: about half of a full-size fit's time). The rounding only moves
     near-ties in the assignment; every cost is evaluated in float64 from the statistics of
     the assignment actually chosen, so the monotone safeguard still holds."""
-    dtype = X.dtype if np.issubdtype(X.dtype, np.floating) else np.float64
+    dtype = float_type(X)
     return X @ np.asarray(W).astype(dtype, copy=False)
 
 
@@ -771,7 +771,7 @@ def _times_float64(
         if then is not None:
             then(out)
         return out
-    dtype = X.dtype if np.issubdtype(X.dtype, np.floating) else np.float64
+    dtype = float_type(X)
     W = np.asarray(W).astype(dtype)  # once, not per block
     for a in range(0, X.shape[0], rows):
         block = out[a : a + rows]
