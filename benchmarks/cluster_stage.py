@@ -5,8 +5,9 @@ linked, not copied) is copied to a scratch folder, and the pipeline's cluster st
 (:class:`lsd_dask.pipeline.fits.ClusterStage`) fits every (split, method, K) of its
 pipeline file again there, on a LocalCluster of one-thread worker processes started as a
 run starts them. Printed, for each round: the stage's seconds, the workers' CPU seconds
-(user and system), and each fit's seconds as the stage logs them; then how many labels
-are bit for bit the run's (or those of ``--compare``, a folder that ``--keep`` filled in a
+(user and system) and this process's (the client's, with the LocalCluster's
+scheduler), and each fit's seconds as the stage logs them; then how many labels are bit
+for bit the run's (or those of ``--compare``, a folder that ``--keep`` filled in a
 round with another version). ``--stage svd`` makes each split's SVD again instead, from
 the run's stores, and compares its U and singular values.
 
@@ -89,6 +90,7 @@ def main() -> None:
                 stage = ClusterStage() if args.stage == "cluster" else SvdStage()
                 units = stage.plan(ctx)
                 cpu0 = np.sum([_cpu(p) for p in workers], axis=0)
+                own0 = _cpu(psutil.Process())
                 t0 = start[0] = time.perf_counter()
                 for u, _ in stage.compute(ctx, units):
                     ctx.wd.record(u.name, u.key, u.outputs)
@@ -96,12 +98,14 @@ def main() -> None:
                         log(f"[svd] {u.name} saved")
                 seconds = time.perf_counter() - t0
                 cpu = np.sum([_cpu(p) for p in workers], axis=0) - cpu0
+                own = np.subtract(_cpu(psutil.Process()), own0)
             finally:
                 ctx.close()
             fits = [m.groups() for ln in lines if (m := _FIT.search(ln))]
             print(
                 f"round {r}: {len(units)} units in {seconds:.1f} s; workers' CPU {cpu.sum():.1f} s "
-                f"(user {cpu[0]:.1f}, system {cpu[1]:.1f})"
+                f"(user {cpu[0]:.1f}, system {cpu[1]:.1f}); this process's (the client and "
+                f"the scheduler) {own.sum():.1f} s (user {own[0]:.1f}, system {own[1]:.1f})"
             )
             for ln in lines:
                 if "fits as" in ln or "[svd]" in ln:

@@ -137,9 +137,9 @@ def test_u_is_written_by_a_worker_that_holds_its_rows_and_never_when_not_finite(
     tmp_path, scheduler_address
 ):
     """A dask U in row blocks on the workers is written by one task on a worker, as the
-    float32 concatenation of its blocks (two blocks on two workers, or one), and read
-    back as the same array; a numpy U is written from here. A U with one NaN is not
-    written at all, and save_u says so."""
+    C-ordered float32 concatenation of its blocks (two blocks on two workers, or one,
+    each in Fortran order), and read back as the same array; a numpy U is written from
+    here. A U with one NaN is not written at all, and save_u says so."""
     from distributed import get_task_stream
 
     rng = np.random.default_rng(0)
@@ -149,8 +149,10 @@ def test_u_is_written_by_a_worker_that_holds_its_rows_and_never_when_not_finite(
         client.wait_for_workers(2)
         workers = sorted(client.nthreads())
         for chunks, split in [((150, 150), "split1"), ((300,), "split2")]:
-            blocks = [
-                da.from_delayed(client.scatter(b, workers=[w]), b.shape, dtype=b.dtype)
+            blocks = [  # Fortran-ordered, as Q's reflectors give them
+                da.from_delayed(
+                    client.scatter(np.asfortranarray(b), workers=[w]), b.shape, dtype=b.dtype
+                )
                 for b, w in zip(np.split(U, np.cumsum(chunks)[:-1]), workers, strict=False)
             ]
             with get_task_stream(client) as ts:
@@ -158,7 +160,7 @@ def test_u_is_written_by_a_worker_that_holds_its_rows_and_never_when_not_finite(
             ran = [t["worker"] for t in ts.data if str(t["key"]).startswith("_write_u-")]
             assert len(ran) == 1 and ran[0] in workers
             written = wd.load_npy(wd.u(split))
-            assert written.dtype == np.float32
+            assert written.dtype == np.float32 and written.flags.c_contiguous
             np.testing.assert_array_equal(written, -U)
         bad = U.copy()
         bad[123, 4] = np.nan
