@@ -16,11 +16,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
-from dask.base import compute as dask_compute
-from dask.delayed import delayed
 from distributed import KilledWorker
 
-from .._validation import is_dask
 from ..distributed import active_client, worker_threads
 from ..io.zarr_store import open_split, verify_split
 from ..linalg import randomized_svd, streaming_svd
@@ -28,7 +25,6 @@ from ..linalg.randomized import TEST_MATRICES, svd_task_bytes
 from ..similarity import unit_rows
 from . import files
 from .stages import RunContext, Unit
-from .workdir import WorkDir
 
 __all__ = [
     "HALVES_STARTS",
@@ -37,7 +33,6 @@ __all__ = [
     "group_svd",
     "half_rank",
     "half_svd",
-    "save_u",
     "svd_features",
 ]
 
@@ -215,7 +210,7 @@ class SvdStage:
 
         On a distributed cluster two splits' randomized SVDs run at once, each driven by
         its own client thread: one split's group tasks keep the workers busy while the
-        other waits on the client (its QRs' small tasks, its small SVD). At 33
+        other waits on the client (its QRs' small tasks, gathering U, saving it). At 33
         subjects × 250 time points a split (rank 200) those waits were about 2.8 s of a
         split's 9 s, against 0.2 s of work. Where the worker threads share out evenly,
         each running split has threads of its own (whole workers where it can,
@@ -282,12 +277,12 @@ class SvdStage:
                 "features approach whitened data (the paper keeps 1,000 of 33,000). Lower "
                 "svd.rank."
             )
-        try:
-            if cfg.svd.method == "streaming":
-                cols = np.cumsum([0, *st.timepoints])
-                subjects = (st.data[:, a:b] for a, b in zip(cols[:-1], cols[1:], strict=True))
-                U, s, _ = streaming_svd(subjects, rank, n_keep=cfg.svd.n_keep)
-            else:
+        if cfg.svd.method == "streaming":
+            cols = np.cumsum([0, *st.timepoints])
+            subjects = (st.data[:, a:b] for a, b in zip(cols[:-1], cols[1:], strict=True))
+            U, s, _ = streaming_svd(subjects, rank, n_keep=cfg.svd.n_keep)
+        else:
+            try:
                 U, s = group_svd(
                     blocks,  # tasks read their own column blocks
                     cfg.svd,
@@ -295,16 +290,17 @@ class SvdStage:
                     progress=lambda line: _progress(log, f"[svd] {split} {line}", stop),
                     workers=workers,
                 )
-            s = np.asarray(s)
-            written = bool(np.isfinite(s).all() and np.any(s > 0)) and save_u(wd, split, U)
-        except KilledWorker as err:
-            raise MemoryError(_memory_message(split, n, max(st.timepoints), rank)) from err
-        if not written:
+                U = U.compute()
+            except KilledWorker as err:
+                raise MemoryError(_memory_message(split, n, max(st.timepoints), rank)) from err
+        U, s = np.asarray(U), np.asarray(s)
+        if not (np.isfinite(U).all() and np.isfinite(s).all()) or not np.any(s > 0):
             raise ValueError(
                 f"the SVD of {split} is all-zero or non-finite: the data read from "
                 f"{wd.store(split)} are not what ingest wrote (is the work folder shared with "
                 "every worker?)."
             )
+        wd.save_npy(wd.u(split), np.asarray(U, np.float32))
         wd.save_npy(wd.s(split), np.asarray(s, np.float64))
         return {
             "rank": rank,
@@ -312,24 +308,6 @@ class SvdStage:
             "seconds": time.perf_counter() - t0,
             "top_singular_values": [float(v) for v in np.asarray(s)[:10]],
         }
-
-
-def save_u(wd: WorkDir, split: str, U: Any) -> bool:
-    """Write a split's U (float32) into the work folder, unless an entry is not finite:
-    False then, and nothing written.
-
-    A dask U is written by a task on the worker that holds its rows (gathered there
-    first where they lie on several), not sent to this process: at full scale U is
-    240 MB a split, and this process's copy of it, its second copy in ``np.save``'s
-    buffer and the transfer took client memory and CPU from the workers still making
-    the other split's U.
-    """
-    path, options = wd.u(split), wd.folder.storage_options
-    if not is_dask(U):
-        return _write_u(wd.root, options, path, [U])
-    parts = list(U.to_delayed().ravel())  # its row blocks, in order
-    (written,) = dask_compute(delayed(_write_u, pure=False)(wd.root, options, path, parts))
-    return bool(written)
 
 
 def svd_rank(settings: SvdSettings, n: int, m: int) -> int:
@@ -409,18 +387,6 @@ def svd_features(U: Any, s: Any, kind: str = "us") -> Any:
 
 #: the randomized SVD's oversamples (its l = rank + 10), which the sketch's width counts
 _OVERSAMPLES = 10
-
-
-def _write_u(root: str, storage_options: dict[str, Any], path: str, parts: list[Any]) -> bool:
-    """:func:`save_u`'s task: U's row blocks in one C-ordered float32 array, written to
-    ``path`` in the work folder at ``root`` if every entry is finite. C order as the
-    features are read: a block of Q's reflectors times a small matrix comes out in
-    Fortran order, and the fits on a Fortran-ordered U ran 1.8× as long."""
-    U = np.ascontiguousarray(parts[0] if len(parts) == 1 else np.concatenate(parts), np.float32)
-    if not np.isfinite(U).all():
-        return False
-    WorkDir(root, lambda line: None, storage_options).save_npy(path, U)
-    return True
 
 
 def _memory_message(split: str, n: int, block: int, rank: int) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import dask.array as da
 import numpy as np
 import pytest
 from distributed import Client
@@ -15,8 +14,7 @@ from lsd_dask.pipeline import load_config, write_study
 from lsd_dask.pipeline.ingest import IngestStage
 from lsd_dask.pipeline.run import preflight
 from lsd_dask.pipeline.stages import RunContext, run_stage
-from lsd_dask.pipeline.svd import SvdStage, _progress, _Stopped, _thread_shares, save_u
-from lsd_dask.pipeline.workdir import WorkDir
+from lsd_dask.pipeline.svd import SvdStage, _progress, _Stopped, _thread_shares
 
 #: how long the test's log waits for the other split (a run one split at a time never
 #: gives it, and the test then fails)
@@ -131,42 +129,3 @@ def test_a_split_stops_at_its_next_pass_once_another_has_failed():
     with pytest.raises(_Stopped):
         _progress(lines.append, "[svd] split1 pass 2 of 3", stop)
     assert lines == ["[svd] split1 pass 1 of 3"]
-
-
-def test_u_is_written_by_a_worker_that_holds_its_rows_and_never_when_not_finite(
-    tmp_path, scheduler_address
-):
-    """A dask U in row blocks on the workers is written by one task on a worker, as the
-    C-ordered float32 concatenation of its blocks (two blocks on two workers, or one,
-    each in Fortran order), and read back as the same array; a numpy U is written from
-    here. A U with one NaN is not written at all, and save_u says so."""
-    from distributed import get_task_stream
-
-    rng = np.random.default_rng(0)
-    wd = WorkDir(tmp_path / "work", lambda line: None)
-    U = rng.standard_normal((300, 7)).astype(np.float32)
-    with Client(scheduler_address) as client:
-        client.wait_for_workers(2)
-        workers = sorted(client.nthreads())
-        for chunks, split in [((150, 150), "split1"), ((300,), "split2")]:
-            blocks = [  # Fortran-ordered, as Q's reflectors give them
-                da.from_delayed(
-                    client.scatter(np.asfortranarray(b), workers=[w]), b.shape, dtype=b.dtype
-                )
-                for b, w in zip(np.split(U, np.cumsum(chunks)[:-1]), workers, strict=False)
-            ]
-            with get_task_stream(client) as ts:
-                assert save_u(wd, split, da.concatenate(blocks) * np.float32(-1))
-            ran = [t["worker"] for t in ts.data if str(t["key"]).startswith("_write_u-")]
-            assert len(ran) == 1 and ran[0] in workers
-            written = wd.load_npy(wd.u(split))
-            assert written.dtype == np.float32 and written.flags.c_contiguous
-            np.testing.assert_array_equal(written, -U)
-        bad = U.copy()
-        bad[123, 4] = np.nan
-        assert not save_u(wd, "split3", da.from_array(bad, chunks=(100, 7)))
-        assert not Path(wd.u("split3")).exists()
-    assert save_u(wd, "split4", U.astype(np.float64))  # numpy: written here, as float32
-    np.testing.assert_array_equal(wd.load_npy(wd.u("split4")), U)
-    assert not save_u(wd, "split5", bad)
-    assert not Path(wd.u("split5")).exists()
