@@ -99,8 +99,9 @@ def check_array(
     """Validate a numpy, dask or zarr array and return numpy or dask.
 
     Zarr arrays are wrapped lazily with ``dask.array.from_zarr``. Integer input is cast to
-    float64; float32 stays float32. Finiteness is checked eagerly for numpy and lazily for
-    dask (the check is part of the graph and raises when computed).
+    float64; float32 stays float32. A numpy array not in C order is copied into C order
+    (one that is, memory-mapped or not, is not copied). Finiteness is checked eagerly for
+    numpy and lazily for dask (the check is part of the graph and raises when computed).
 
     Raises
     ------
@@ -142,6 +143,12 @@ def check_array(
         raise ValueError(f"{name} must be numeric, got dtype {X.dtype}.")
     if X.dtype not in dtype:
         X = X.astype(np.float64)
+    if isinstance(X, np.ndarray) and not X.flags.c_contiguous:
+        # the fits' row blocks and row-wise products assume C order (scikit-learn's KMeans
+        # asks for it too): on a Fortran-ordered U·Σ of 59,784 × 1,000, K = 200, one
+        # thread, spherical k-means took 12.8 s against 5.7 s and directional clustering
+        # 7.1 s against 5.1 s; the copy costs about 0.6 s
+        X = np.ascontiguousarray(X)
     if check_finite:
         if is_dask(X):
             X = X.map_blocks(_raise_if_not_finite, name_of=name, dtype=X.dtype)

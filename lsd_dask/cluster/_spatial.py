@@ -119,7 +119,9 @@ class ScoreColumns:
     study, the rounds' moves touched 1,066, 484, 252 and 135 of them), and a cluster whose
     members stay keeps its centre exactly. Reusing the array also spares each round a new
     0.29 GB (59,784 × 1,200 float32), whose first touch cost about as much as a product.
-    A dask X is computed whole each call.
+    Where more than ``_ALL_COLUMNS`` of the centres changed, the whole product is made
+    again in place (its columns may then differ from the last call's in the last bit,
+    another product's rounding). A dask X is computed whole each call.
     """
 
     def __init__(self, X: Any) -> None:

@@ -338,7 +338,8 @@ def test_the_potts_phase_holds_one_score_matrix_at_a_time():
 @settings(max_examples=30, deadline=None)
 def test_score_columns_follow_the_centres_in_one_array(seed, k, shares, dtype, lazy):
     """Each call gives X Cᵀ for the centres of that call; on numpy X in the same array,
-    the columns of centres that did not change left as they were, bit for bit."""
+    the columns of centres that did not change left as they were, bit for bit, unless so
+    many changed that the whole product was made again."""
     from lsd_dask.cluster import _spatial
 
     rng = np.random.default_rng(seed)
@@ -357,5 +358,7 @@ def test_score_columns_follow_the_centres_in_one_array(seed, k, shares, dtype, l
         np.testing.assert_allclose(got, X @ C.astype(dtype).T, rtol=1e-5, atol=1e-5)
         if not lazy:
             assert got is first
-            np.testing.assert_array_equal(got[:, ~changed], before[:, ~changed])
+            if changed.sum() <= _spatial._ALL_COLUMNS * k:  # else all made again, by a
+                # product of another shape, whose rounding may differ in the last bit
+                np.testing.assert_array_equal(got[:, ~changed], before[:, ~changed])
         first = got
