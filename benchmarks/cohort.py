@@ -81,6 +81,18 @@ def main() -> None:
         "inputs from disk",
     )
     ap.add_argument(
+        "--fill",
+        type=Path,
+        nargs="+",
+        metavar="FOLDER",
+        help="with --cold: after dropping the page cache, read the files under these "
+        "folders (not the cohort's inputs) into it until under 1 GiB of memory is free, so "
+        "that the run's pages come from memory already in use, as on a machine that has "
+        "run before, not fresh from the free pool (on a VM that returns its free memory "
+        "to the host, fresh pages cost 1.5–2.5 s a GiB, which a small cohort pays for all "
+        "its pages and a large one only until the page cache is full)",
+    )
+    ap.add_argument(
         "--gemm-seconds",
         type=float,
         default=8.0,
@@ -144,6 +156,7 @@ def main() -> None:
             os.sync()
             if args.cold:
                 Path("/proc/sys/vm/drop_caches").write_text("3\n")
+            filled = fill_page_cache(args.fill, skip=args.root) if args.fill else None
             # the machine's speed just before the run: what the SVD's products can do
             gemm = None
             if args.gemm_seconds > 0:
@@ -157,7 +170,7 @@ def main() -> None:
             if proc.returncode != 0:
                 sys.exit(f"the {s}-subject run failed (its log is above)")
             result = json.loads(proc.stdout.strip().splitlines()[-1])
-            runs[s].append({**result, "gemm": gemm, "fresh_s_per_gib": fresh})
+            runs[s].append({**result, "gemm": gemm, "fresh_s_per_gib": fresh, "fill": filled})
             print_row(s, runs[s][-1])
     results = {s: median_run(r) for s, r in runs.items()}
     (args.root / "cohort.json").write_text(json.dumps(results, indent=2))
@@ -216,6 +229,7 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "ingest_svd_sys_runs": [ingest_svd_sys_per_subject(r) for r in runs],
         "ingest_svd_user_runs": [_user(r) for r in runs],
         "fresh_s_per_gib_runs": [r.get("fresh_s_per_gib") for r in runs],
+        "free_gib_runs": [(r.get("fill") or {}).get("free_gib") for r in runs],
         "svd_bound_runs": [svd_over_bound(r) for r in runs],
         "gemm_runs": [r.get("gemm") for r in runs],
     }
@@ -252,6 +266,34 @@ def write_inputs(inputs: Path, n_subjects: int, timepoints: int) -> None:
         stdout=sys.stderr,  # stdout carries the table only
     )
     print(f"inputs written in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+
+def fill_page_cache(folders: list[Path], skip: Path, leave: int = 2**30) -> dict[str, float]:
+    """Read the files under ``folders`` (those under ``skip`` left out) into the page cache
+    until less than ``leave`` bytes of memory are free, or every file is read; the GB read
+    and the GiB then free. Reads a piece of 16 MiB at a time, its contents thrown away."""
+    read = 0
+    files = (f for d in folders for f in sorted(d.rglob("*")) if f.is_file())
+    for f in files:
+        if f.resolve().is_relative_to(skip.resolve()):
+            continue
+        if _free_bytes() < leave:
+            break
+        try:
+            with f.open("rb", buffering=0) as fh:
+                while piece := fh.read(16 * 2**20):
+                    read += len(piece)
+        except OSError:
+            continue  # unreadable: the next file fills as well
+    return {"read_gb": read / 1e9, "free_gib": _free_bytes() / 2**30}
+
+
+def _free_bytes() -> int:
+    """MemFree of ``/proc/meminfo``: memory neither in use nor in the page cache."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemFree:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/meminfo has no MemFree line")
 
 
 def run_child(args: argparse.Namespace, inputs: Path, n_subjects: int) -> dict[str, Any]:
@@ -458,6 +500,7 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
     _print_runs(
         results, sizes, "fresh_s_per_gib_runs", "fresh memory before the run (s/GiB)", "{:.2f}"
     )
+    _print_runs(results, sizes, "free_gib_runs", "free memory after --fill (GiB)", "{:.1f}")
     _print_runs(results, sizes, "svd_bound_runs", "svd / its GEMM bound", "{:.2f}")
     if len(sizes) > 1:
         fixed, per_subject = fixed_and_marginal(results)
