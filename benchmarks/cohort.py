@@ -24,6 +24,17 @@ table and writes ``cohort.json`` in the root. The settings are fixed so that the
 work is linear in the subjects: spherical k-means and directional clustering at K = 100,
 rank 200, 100 spins.
 
+``--cold`` drops the page cache before each run, so that every run reads its inputs from
+disk. On a virtual machine that returns its free memory to the host (free page
+reporting), every page a run then takes is faulted in from the host (1.3–2.7 s a GiB on
+the development VM), which a small cohort pays for all its pages and a large one only
+until memory is full: the 33-subject run read 1.16–1.29× the 264-subject one per subject
+that way. ``--fill FOLDER ...`` then reads other files (not the cohort's) into the page
+cache until under 1 GiB is free, so that the runs take memory already in use, as a node
+that has run before does: 1.036–1.058× (``docs/benchmarks.md``). The command of record:
+``python -m benchmarks.cohort --root /work/cohort --subjects 33 66 132 264 --cold --fill
+/work/full/study /opt``.
+
 On a machine whose speed drifts from run to run (a shared VM), ``--repeat 3`` runs the
 sizes in turn three times and reports each size's median run with every run's figure:
 the 10 % between the smallest and the largest cohort is then told apart from the drift.
