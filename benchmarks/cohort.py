@@ -100,7 +100,7 @@ def main() -> None:
         "folders (not the cohort's inputs) into it until under 1 GiB of memory is free, so "
         "that the run's pages come from memory already in use, as on a machine that has "
         "run before, not fresh from the free pool (on a VM that returns its free memory "
-        "to the host, fresh pages cost 1.5–2.5 s a GiB, which a small cohort pays for all "
+        "to the host, fresh pages cost 1.3–2.7 s a GiB, which a small cohort pays for all "
         "its pages and a large one only until the page cache is full)",
     )
     ap.add_argument(
@@ -141,6 +141,8 @@ def main() -> None:
     )
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.fill and not args.cold:
+        ap.error("--fill fills the page cache once --cold has dropped it: add --cold")
     inputs = args.root / "inputs"
     if args.project is not None:
         saved = json.loads((args.root / "cohort.json").read_text())
@@ -283,10 +285,10 @@ def fill_page_cache(folders: list[Path], skip: Path, leave: int = 2**30) -> dict
     """Read the files under ``folders`` (those under ``skip`` left out) into the page cache
     until less than ``leave`` bytes of memory are free, or every file is read; the GB read
     and the GiB then free. Reads a piece of 16 MiB at a time, its contents thrown away."""
-    read = 0
+    read, skip = 0, skip.resolve()
     files = (f for d in folders for f in sorted(d.rglob("*")) if f.is_file())
     for f in files:
-        if f.resolve().is_relative_to(skip.resolve()):
+        if f.resolve().is_relative_to(skip):
             continue
         if _free_bytes() < leave:
             break
