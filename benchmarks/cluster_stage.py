@@ -2,7 +2,7 @@
 
 A finished run's work folder (its U, singular values, mask and records; the split stores
 linked, not copied) is copied to a scratch folder, and the pipeline's cluster stage
-(:class:`lsd_dask.pipeline.fits.ClusterStage`) fits every (split, method, K) of its
+(:class:`lsd_dask.pipeline.stages.cluster.ClusterStage`) fits every (split, method, K) of its
 pipeline file again there, on a LocalCluster of one-thread worker processes started as a
 run starts them. Printed, for each round: the stage's seconds, the workers' CPU seconds
 (user and system) and this process's (the client's, with the LocalCluster's
@@ -38,10 +38,10 @@ import psutil  # noqa: E402
 def main() -> None:
     from lsd_dask.distributed import connect, one_blas_thread_beside_workers
     from lsd_dask.pipeline import load_config
-    from lsd_dask.pipeline.fits import ClusterStage
+    from lsd_dask.pipeline.engine.context import RunContext
     from lsd_dask.pipeline.preflight import preflight
-    from lsd_dask.pipeline.stages import RunContext
-    from lsd_dask.pipeline.svd import SvdStage
+    from lsd_dask.pipeline.stages.cluster import ClusterStage
+    from lsd_dask.pipeline.stages.svd import SvdStage
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pipeline", type=Path, required=True, help="the finished run's file")

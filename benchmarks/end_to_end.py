@@ -122,8 +122,8 @@ def main() -> None:
 
 def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     """One pipeline run on ``n_workers`` single-threaded workers; the measurements."""
-    from lsd_dask.pipeline.config import load_config
     from lsd_dask.pipeline.run import run_pipeline
+    from lsd_dask.pipeline.settings.config import load_config
 
     burst = gemm_gflops(n_workers)
     sustained = [sustained_gflops(n_workers)]
@@ -297,7 +297,7 @@ def svd_passes(svd: Any) -> tuple[int, int]:
 def time_svd(cfg, out: Path, cold: bool) -> float:
     """The pipeline's SVD call on split 1's store, on its own (as benchmarks/svd.py)."""
     from lsd_dask.io import open_split
-    from lsd_dask.pipeline.svd import group_svd
+    from lsd_dask.pipeline.stages.svd import group_svd
 
     if cold:
         os.sync()

@@ -43,12 +43,7 @@ from benchmarks.realistic import (
 )
 from lsd_dask import evaluation as ev
 from lsd_dask import metrics
-from lsd_dask.pipeline.evaluate import (
-    BIN_WIDTH_MM,
-    MAX_DIST_MM,
-    NULL_PAIRS,
-    NULL_VERTICES,
-)
+from lsd_dask.pipeline.stages.held_out import BIN_WIDTH_MM, MAX_DIST_MM, NULL_PAIRS, NULL_VERTICES
 from lsd_dask.spin import find_spheres
 from lsd_dask.surface import split_connected
 

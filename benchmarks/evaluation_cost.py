@@ -7,9 +7,9 @@ Two icospheres of ``10 f² + 2`` vertices each (f = 57: 2 × 32,492, 32k_fs_LR's
 about its 2 mm spacing at radius 100 mm) stand in for the cortex; the features are random
 unit rows of width ``--rank`` (the cost does not depend on their values); the parcellation
 is K regions grown on the mesh. Prints the seconds of each step of the evaluation stage
-(:mod:`lsd_dask.pipeline.evaluate`, with its null samples and ``--spins`` spins), the stage's
-cost for a study of ``--methods`` × ``--ks`` parcellations, and the peak resident memory of
-this process.
+(:mod:`lsd_dask.pipeline.stages.evaluation`, with its null samples and ``--spins``
+spins), the stage's cost for a study of ``--methods`` × ``--ks`` parcellations, and the peak
+resident memory of this process.
 
 ``--run`` scores a finished run's own output instead: its mesh and mask, split 2's features
 (the unit rows of its U·Σ) and split 1's parcellations (every method and K of the file),
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from lsd_dask import evaluation as ev
-from lsd_dask.pipeline.evaluate import NULL_PAIRS, NULL_VERTICES
+from lsd_dask.pipeline.stages.held_out import NULL_PAIRS, NULL_VERTICES
 from lsd_dask.spin import find_spheres
 from lsd_dask.surface import grow_regions, mesh_adjacency, two_hemisphere_mesh
 
@@ -138,10 +138,10 @@ def main() -> None:
 def _finished_run(path: Path) -> tuple[Any, np.ndarray, np.ndarray, list[np.ndarray], Any]:
     """A finished run's meshes, mask, split 2's features, split 1's parcellations (over
     every vertex) and spheres."""
-    from lsd_dask.pipeline.config import load_config
+    from lsd_dask.pipeline.engine.context import RunContext
     from lsd_dask.pipeline.run import preflight
-    from lsd_dask.pipeline.stages import RunContext
-    from lsd_dask.pipeline.svd import svd_features
+    from lsd_dask.pipeline.settings.config import load_config
+    from lsd_dask.pipeline.stages.svd import svd_features
 
     cfg = load_config(path)
     with RunContext.open(cfg, lambda line: None, preflight(cfg)[0]) as ctx:

@@ -93,7 +93,7 @@ def _default_variant(
     """Fit ``method`` as the pipeline's default variant at K on the study's mesh; its
     seconds in all and per phase (from a cProfile of the fit)."""
     from lsd_dask.io.surface_files import load_mesh
-    from lsd_dask.pipeline.methods import DEFAULT_METHOD, parse_methods
+    from lsd_dask.pipeline.settings.methods import DEFAULT_METHOD, parse_methods
     from lsd_dask.surface import mesh_adjacency
 
     kept = np.load(args.work / "mask.npy").astype(bool)
@@ -118,7 +118,7 @@ def _default_variant(
 
 
 def _print_spatial(rows: list[tuple[str, int, float, dict[str, float]]]) -> None:
-    from lsd_dask.pipeline.methods import DEFAULT_METHOD
+    from lsd_dask.pipeline.settings.methods import DEFAULT_METHOD
 
     opts = ", ".join(f"{k} {v}" for k, v in DEFAULT_METHOD.items() if k not in ("name", "method"))
     print(f"\nthe default variant ({opts}), seconds:")

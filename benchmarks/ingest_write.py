@@ -1,7 +1,7 @@
 """One worker's ingest writes: a subject standardised and written into a local split store,
 its rows made as they are written against made whole first.
 
-What an ingest task does once it has read a subject (``lsd_dask.pipeline.reading``): the
+What an ingest task does once it has read a subject (``lsd_dask.pipeline.stages.reading``): the
 series standardised, a block of rows at a time, and written into the split store. Made as
 written (the default for a local, uncompressed store), the writer asks for each inner chunk
 just before writing it, into one reused buffer; made whole first (what a store through zarr
@@ -72,7 +72,7 @@ def run(t: int, subjects: int, folder: Path) -> dict[str, dict[str, float]]:
     from threadpoolctl import threadpool_limits
 
     from lsd_dask.io.zarr_store import build_split
-    from lsd_dask.pipeline.reading import _standardised
+    from lsd_dask.pipeline.stages.reading import _standardised
 
     src = np.random.default_rng(0).standard_normal((N, t), dtype=np.float32)
     tmp = Path(tempfile.mkdtemp(dir=folder))

@@ -212,7 +212,7 @@ def _gram_error(U: np.ndarray, s: np.ndarray, Ur: np.ndarray, sr: np.ndarray) ->
 def _labels(U: object, s: object, k: int) -> np.ndarray:
     """Spherical k-means on the pipeline's features (unit rows of U·Σ), seed 0."""
     from lsd_dask.cluster import SphericalKMeans
-    from lsd_dask.pipeline.svd import svd_features
+    from lsd_dask.pipeline.stages.svd import svd_features
 
     X = svd_features(np.asarray(U, np.float32), np.asarray(s))
     return np.asarray(SphericalKMeans(k, random_state=0).fit(X).labels_)

@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .io.lock import FolderBusyError, WorkLock
-from .pipeline.methods import METHODS
+from .pipeline.settings.methods import METHODS
 
 if TYPE_CHECKING:
-    from .pipeline.config import PipelineConfig
+    from .pipeline.settings.config import PipelineConfig
 
 
 def _defaults() -> dict[str, Any]:
-    from .pipeline.reference import defaults
+    from .pipeline.settings.reference import defaults
 
     return defaults()
 
@@ -231,7 +231,7 @@ def run(
     """Run the split-half parcellation pipeline described by PIPELINE (YAML), or on the
     fMRIPrep folder given by --bids with every other setting at its default."""
     from .pipeline import load_config
-    from .pipeline.stages import work_lock
+    from .pipeline.engine.context import work_lock
 
     if pipeline is None and bids_root is None:
         raise click.UsageError("give a PIPELINE file, or an fMRIPrep folder with --bids.")
@@ -321,7 +321,7 @@ def _run_locked(
 @click.option("--markdown", is_flag=True, help="The reference page (docs/pipeline_file.md).")
 def config_command(markdown: bool) -> None:
     """Print a pipeline file of every key at its default, each with what it does."""
-    from .pipeline.reference import commented_defaults, markdown_reference
+    from .pipeline.settings.reference import commented_defaults, markdown_reference
 
     click.echo(markdown_reference() if markdown else commented_defaults(), nl=False)
 

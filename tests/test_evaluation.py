@@ -440,7 +440,7 @@ def test_on_the_realistic_study_the_truth_scores_best_and_the_default_beats_scha
     the geodesic pairs of 58,558 vertices, about a minute: ``benchmarks/evaluation.py``
     checks it at K = 100, 200 and 400.)"""
     from lsd_dask.datasets.templates import load_atlas
-    from lsd_dask.pipeline.methods import default_methods, parse_methods
+    from lsd_dask.pipeline.settings.methods import default_methods, parse_methods
 
     A, V, F, c = realistic100["A"], realistic100["V"], realistic100["F"], realistic100["cortex"]
     (spec,) = parse_methods(default_methods({}), {})

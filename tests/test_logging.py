@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from lsd_dask.pipeline.workdir import WorkDir
+from lsd_dask.pipeline.engine.workdir import WorkDir
 
 
 @pytest.fixture

@@ -158,7 +158,7 @@ def randomized_svd(
         threads run the passes' group tasks, one entry per thread (an address may
         repeat); X's columns are cut into that many groups. None: every thread of every
         worker. Two SVDs at once on workers of their own never wait on each other's
-        passes (:class:`lsd_dask.pipeline.svd.SvdStage`).
+        passes (:class:`lsd_dask.pipeline.stages.svd.SvdStage`).
 
     Returns
     -------

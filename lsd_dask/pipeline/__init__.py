@@ -1,9 +1,9 @@
 """Pipeline orchestration: configuration, the split-half stages, synthetic studies, the demo."""
 
-from .config import PipelineConfig, load_config
+from ..datasets.studies import synthesize, synthesize_realistic, write_study
 from .demo import run_demo
 from .run import preflight, run_pipeline
-from .synth import synthesize, synthesize_realistic, write_study
+from .settings.config import PipelineConfig, load_config
 
 __all__ = [
     "PipelineConfig",

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from .._logging import get_log
+from ..datasets.studies import synthesize
 from ..distributed import connect
-from .config import load_config
 from .run import run_pipeline
-from .synth import synthesize
+from .settings.config import load_config
 
 __all__ = ["run_demo"]
 

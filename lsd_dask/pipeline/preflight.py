@@ -12,16 +12,18 @@ from typing import Any
 import numpy as np
 
 from ..distributed import active_client
-from ..io.storage import Folder, is_local
 from ..io.surface_files import HEMISPHERES, load_mesh, vertex_counts
 from ..spin import is_sphere, radii
 from ..surface import Mesh
-from .atlases import load_atlases
-from .config import PipelineConfig
-from .placement import check_worker_memory
-from .preprocess import read_confounds, subject_t_r_of
+from .engine.context import check_writable
+from .engine.placement import check_worker_memory
+from .settings.atlases import load_atlases
+from .settings.config import PipelineConfig
+from .settings.preprocess import subject_t_r_of
+from .stages import reading
+from .stages.preprocess import read_confounds
 
-__all__ = ["check_writable", "preflight"]
+__all__ = ["preflight"]
 
 
 def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
@@ -87,7 +89,9 @@ def _check_worker_memory(cfg: PipelineConfig, client: Any, n: int) -> None:
     timepoints = max(1, largest // (4 * n))
     n_split = min(len(v) for v in cfg.resolved_splits().values())
     rank = min(cfg.svd.rank, n, timepoints * n_split)
-    check_worker_memory(client, n, int(timepoints), rank, cfg.preprocess.active)
+    check_worker_memory(
+        client, n, int(timepoints), rank, cfg.preprocess.active, task_module=reading.__name__
+    )
 
 
 def _bytes(path: str | os.PathLike[str]) -> int:
@@ -126,55 +130,6 @@ def _check_preprocess(cfg: PipelineConfig) -> None:
                         f"subject {s.subject}: preprocess.{edge} = {hz} Hz is at or above the "
                         f"Nyquist frequency {nyquist:.4g} Hz of its TR ({tr:g} s)."
                     )
-
-
-def check_writable(cfg: PipelineConfig) -> None:
-    """The output folder (created) and the work folder take a write, or one line says
-    which does not; neither may hold an input (a run writes ``dataset_description.json``,
-    ``.bidsignore`` and ``mask.npy``, which would replace the study's own)."""
-    _check_not_inputs(cfg)
-    out = cfg.output
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as err:
-        raise PermissionError(f"output folder {out} is not writable: {err}") from err
-    _check_work_folder(cfg)
-
-
-def _check_not_inputs(cfg: PipelineConfig) -> None:
-    inputs = [Path(p) for s in cfg.subjects for p in s.paths] + [Path(p) for p in cfg.mesh.values()]
-    for pair in (cfg.sphere, cfg.display_mesh):
-        inputs += [Path(p) for p in (pair or {}).values()]
-    inputs = [p.resolve() for p in inputs]
-    folders = [("output", cfg.output)]
-    if is_local(cfg.work_url):
-        folders.append(("work", Path(cfg.work_url.removeprefix("file://"))))
-    for what, folder in folders:
-        f = Path(folder).resolve()
-        inside = next((p for p in inputs if p == f or f in p.parents), None)
-        if inside is not None:
-            raise ValueError(
-                f"the {what} folder {f} holds the input {inside}; give the run a folder of "
-                "its own (it would write over the study's files)."
-            )
-
-
-def _check_work_folder(cfg: PipelineConfig) -> None:
-    """A work URL must take a write from here before anything runs (credentials, bucket)."""
-    if is_local(cfg.work_url):
-        return
-    folder = Folder(cfg.work_url, cfg.storage_options)
-    probe = folder.join(f".write-test-{os.getpid()}")
-    try:
-        folder.write_text(probe, "ok")
-        folder.remove(probe)
-    except Exception as err:  # fsspec back ends raise their own kinds (botocore, gcsfs...)
-        raise PermissionError(
-            f"work folder {cfg.work_url} is not writable: {type(err).__name__}: {err}"
-        ) from err
 
 
 def _check_lsd_rank(cfg: PipelineConfig) -> None:

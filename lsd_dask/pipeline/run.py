@@ -1,6 +1,6 @@
 """The split-half parcellation pipeline: its stages in order, then the report.
 
-Each stage is one module with a :class:`~lsd_dask.pipeline.stages.Stage` (see
+Each stage is one module with a :class:`~lsd_dask.pipeline.engine.contract.Stage` (see
 :mod:`.stages` for the contract and the runner that skips, computes and records); every
 stage writes under ``<output>/work`` and is skipped on a re-run when its stamps record the
 same inputs and settings (see :mod:`.workdir`):
@@ -27,17 +27,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..distributed import PausedWorkers, active_client, one_blas_thread_beside_workers
 from ..io.lock import WorkLock
-from . import plan
-from ._log import log_file
-from .config import PipelineConfig
-from .outputs import write_outputs
+from . import stages as plan
+from .engine.context import RunContext
+from .engine.contract import run_stage
+from .engine.log import Log, get_log, log_file
 from .preflight import preflight
-from .report import write_report
-from .scores import score_run
-from .stages import Log, RunContext, get_log, run_stage
+from .products.label_files import write_outputs
+from .products.report_json import write_report
+from .settings.config import PipelineConfig
+from .stages.split_half import score_run
 
 __all__ = ["run_pipeline", "preflight"]
 
@@ -56,9 +57,10 @@ def run_pipeline(
     The Dask scheduler is whatever is active: call inside ``with connect(...)`` to use a
     cluster (the CLI does). ``command`` (the command line, when there is one) goes into
     ``report.json`` and ``dataset_description.json``. The run holds its work folder's lock
-    (:func:`~lsd_dask.pipeline.stages.work_lock`; pass ``lock`` when already taken): a
+    (:func:`~lsd_dask.pipeline.engine.context.work_lock`; pass ``lock`` when already taken): a
     second run into the same folder fails at once, naming this one. Workers too small for
-    one task fail the run before ingest (:func:`~lsd_dask.pipeline.placement.check_worker_memory`);
+    one task fail the run before ingest
+    (:func:`~lsd_dask.pipeline.engine.placement.check_worker_memory`);
     workers that stay paused over their memory for
     :data:`~lsd_dask.distributed.PAUSED_LIMIT_S` end it with :class:`MemoryError`.
     """

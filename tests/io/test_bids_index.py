@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from lsd_dask.io.bids_index import find_bold, index_func_files
-from lsd_dask.pipeline.bids_input import BidsSettings, bids_subjects
-from lsd_dask.pipeline.config import halve
+from lsd_dask.pipeline.settings.bids import BidsSettings, bids_subjects
+from lsd_dask.pipeline.settings.splits import halve
 
 
 def _touch(root: Path, *names: str) -> None:

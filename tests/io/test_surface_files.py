@@ -317,7 +317,7 @@ def test_a_new_format_is_one_reader(tmp_path, monkeypatch, data):
     """A format registered in READERS alone is read by the pipeline file's subjects entries
     (the config schema takes its keys from the readers) and by load_subject."""
     from lsd_dask.io.surface_files import READERS, Reader
-    from lsd_dask.pipeline.files import subjects as _subjects
+    from lsd_dask.pipeline.settings.files import subjects as _subjects
 
     sizes, x = data
     np.save(tmp_path / "s1.npy", x)

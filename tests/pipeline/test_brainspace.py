@@ -100,7 +100,8 @@ def test_the_real_runs_blur_from_the_splits_u_is_the_exact_halves_choice():
     import nibabel as nib
 
     from lsd_dask.datasets.templates import brainspace_data, load_template
-    from lsd_dask.pipeline.svd import SvdSettings, group_svd, half_svd, svd_features
+    from lsd_dask.pipeline.settings.svd import SvdSettings
+    from lsd_dask.pipeline.stages.svd import group_svd, half_svd, svd_features
     from lsd_dask.selection import choose_feature_blur, half_columns
     from lsd_dask.surface import combine_meshes
 

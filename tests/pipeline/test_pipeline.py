@@ -47,7 +47,7 @@ def _config(folder, **over):
 @pytest.mark.parametrize("fmt", ["gifti", "cifti", "zarr"])
 def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     if fmt == "cifti":  # cluster dask features (the full-scale path) in one of the two runs
-        import lsd_dask.pipeline.placement as placement
+        import lsd_dask.pipeline.engine.placement as placement
 
         monkeypatch.setattr(placement, "IN_MEMORY_FEATURES_BYTES", 0)
     folder = tmp_path / fmt
@@ -234,7 +234,7 @@ def test_feature_smoothing_recomputes_clusters_only_and_follows_the_parcels(
     the planted parcels; changing it recomputes the cluster stage, not the SVD."""
 
     if dask_features:
-        import lsd_dask.pipeline.placement as placement
+        import lsd_dask.pipeline.engine.placement as placement
 
         monkeypatch.setattr(placement, "IN_MEMORY_FEATURES_BYTES", 0)
     # parcels of ~400 vertices on a finer mesh, buried in noise: a blur of 15 mm (a few

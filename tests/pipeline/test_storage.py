@@ -40,9 +40,10 @@ def test_a_store_the_workers_see_in_part_fails_naming_the_folder(folder, tmp_pat
     gone after the ingest stage found it whole, as on a node without the shared folder):
     the workers' own check before the SVD reads names the folder. (A store damaged before
     a run starts is rebuilt instead: tests/pipeline/test_workdir.py.)"""
+    from lsd_dask.pipeline.engine.context import RunContext
+    from lsd_dask.pipeline.engine.contract import run_stage
     from lsd_dask.pipeline.preflight import preflight
-    from lsd_dask.pipeline.stages import RunContext, run_stage
-    from lsd_dask.pipeline.svd import SvdStage
+    from lsd_dask.pipeline.stages.svd import SvdStage
 
     data, _ = folder
     cfg = _cfg(data, tmp_path / "out")
@@ -131,10 +132,11 @@ def test_a_killed_svd_worker_says_what_memory_the_rank_needs(tmp_path):
     assert need > 400e6  # the premise: one task does not fit
     import dask
 
-    from lsd_dask.pipeline.ingest import IngestStage
+    from lsd_dask.pipeline.engine.context import RunContext
+    from lsd_dask.pipeline.engine.contract import run_stage
     from lsd_dask.pipeline.run import preflight
-    from lsd_dask.pipeline.stages import RunContext, run_stage
-    from lsd_dask.pipeline.svd import SvdStage
+    from lsd_dask.pipeline.stages.ingest import IngestStage
+    from lsd_dask.pipeline.stages.svd import SvdStage
 
     # the stores are written first, here: the test is about the SVD's memory
     meshes = preflight(cfg)[0]

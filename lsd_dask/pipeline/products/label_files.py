@@ -1,0 +1,280 @@
+"""The derivatives folder: BIDS-named ``_dseg`` label files per split, method and K (see
+:mod:`lsd_dask.io.bids`), their look-up tables and sidecars, the surfaces they lie on,
+how to cite them (:mod:`.citations`), and the figures."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..._version import __version__
+from ...cluster import SPATIAL_OPTIONS
+from ...io.atomic import atomic_copy, atomic_write_bytes, atomic_write_text, remove_path
+from ...io.bids import (
+    atlas_description,
+    atlas_folder,
+    bids_label,
+    bids_name,
+    dataset_description,
+    density_description,
+    lookup_table,
+    surface_template,
+    write_citation,
+)
+from ...io.surface_files import (
+    HEMISPHERES,
+    cifti_vertices,
+    load_mesh,
+    write_dlabel,
+    write_label_gifti,
+)
+from ..engine.context import RunContext
+from ..engine.log import Log
+from ..settings.methods import MethodSpec
+from ..stages.blur import chosen_blurs
+from .citations import (
+    REFERENCES,
+    citation_line,
+    derivative_readme,
+    method_references,
+    run_references,
+)
+
+__all__ = ["write_outputs"]
+
+
+def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | None) -> list[Path]:
+    """Write every label file, table, sidecar and figure of the run; return their paths.
+
+    ``command`` (the command line, when there is one) goes into
+    ``dataset_description.json``.
+    """
+    from ...plotting import match_labels, parcel_colours, plot_dice_vs_k, plot_parcellations
+
+    cfg, wd, meshes, sizes, A = ctx.cfg, ctx.wd, ctx.meshes, ctx.sizes, ctx.adjacency
+    out, splits = cfg.output, list(ctx.splits)
+    held_out = bool(cfg.held_out)
+    files = [
+        dataset_description(
+            out / "dataset_description.json",
+            version=__version__,
+            command=command,
+            readme=derivative_readme(cfg.methods, version=__version__, held_out=held_out),
+        ),
+        write_citation(
+            out / "CITATION.cff",
+            version=__version__,
+            references=[REFERENCES[k] for k in run_references(cfg.methods, held_out=held_out)],
+        ),
+    ]
+    # the input's own brain models, when every subject is CIFTI
+    cifti = cfg.subjects[0].paths[0] if all(s.kind == "cifti" for s in cfg.subjects) else None
+    vertices = cifti_vertices(cifti) if cifti is not None else None
+    template = surface_template(sizes)
+    surfaces = _copy_surfaces(out, cfg.mesh, template)
+    files += surfaces.values()
+    common = {
+        "Density": density_description(sizes),
+        "SpatialReference": {h: p.relative_to(out).as_posix() for h, p in surfaces.items()},
+    }
+    rows = {(r["method"], r["k"]): r for r in scores}
+    label_dir = atlas_folder(out, template["tpl"])
+    for spec in cfg.methods:
+        files.append(
+            atlas_description(
+                out,
+                bids_label(spec.name),
+                name=f"lsd-dask {spec.name}",
+                description=(
+                    f"{spec.method} clustering of the cortex into K parcels (scale-<K>), "
+                    "one parcellation per split of the subjects (desc-<split>)."
+                ),
+                references=[citation_line(key) for key in method_references(spec)],
+            )
+        )
+        for k in cfg.ks:
+            labs = {split: wd.load_npy(wd.labels(split, spec.name, k)) for split in splits}
+            # later splits take the ids of the first split's parcels they overlap most, so
+            # parcel 7 names the same region in every split (and gets the same colour)
+            for split in splits[1:]:
+                labs[split] = match_labels(labs[splits[0]], labs[split])
+            n = max(int(v.max(initial=0)) for v in labs.values())
+            colours = parcel_colours(list(labs.values()), A, n)
+            for split, lab in labs.items():
+                ent = {
+                    **template,
+                    "atlas": bids_label(spec.name),
+                    "scale": str(k),
+                    "desc": bids_label(split),
+                }
+                title = f"{spec.name} K={k} {split}"
+                for hemi, part in (("left", lab[: sizes[0]]), ("right", lab[sizes[0] :])):
+                    name = bids_name({"hemi": hemi[0].upper(), **ent}, "dseg", ".label.gii")
+                    files.append(
+                        write_label_gifti(
+                            label_dir / name, part, hemisphere=hemi, colours=colours, name=title
+                        )
+                    )
+                if vertices is not None:
+                    files.append(
+                        write_dlabel(
+                            label_dir / bids_name(ent, "dseg", ".dlabel.nii"),
+                            lab,
+                            sizes,
+                            name=title,
+                            colours=colours,
+                            vertices=vertices,
+                        )
+                    )
+                present = np.unique(lab)
+                files.append(
+                    atomic_write_text(
+                        label_dir / bids_name(ent, "dseg", ".tsv"),
+                        lookup_table(colours, ids=present),
+                    )
+                )
+                sidecar = {**common, **_sidecar(ctx, spec, k, split, lab, rows.get((spec.name, k)))}
+                files.append(
+                    atomic_write_text(
+                        label_dir / bids_name(ent, "dseg", ".json"), json.dumps(sidecar, indent=2)
+                    )
+                )
+    files.append(plot_dice_vs_k(scores, out / "dice_vs_k.png"))
+    # every method and split at the middle K, in colours matched to the first row
+    k = sorted(cfg.ks)[len(cfg.ks) // 2]
+    panels = {
+        f"{m.name}, {split}": wd.load_npy(wd.labels(split, m.name, k))
+        for m in cfg.methods
+        for split in splits
+    }
+    display = (
+        None
+        if cfg.display_mesh is None
+        else {h: load_mesh(cfg.display_mesh[h]) for h in HEMISPHERES}
+    )
+    files.append(
+        plot_parcellations(
+            meshes, panels, out / f"parcellations_K{k}.png", title=f"K = {k}", display=display
+        )
+    )
+    _remove_stale(out, files, ctx.log)
+    return files
+
+
+def _copy_surfaces(
+    out: Path, mesh: dict[str, str], template: dict[str, str]
+) -> dict[str, Path]:
+    """The run's meshes, copied into ``surfaces/`` so that the label files' sidecars can
+    name the surfaces they lie on (``SpatialReference``) within the derivative."""
+    copied = {}
+    for hemi in HEMISPHERES:
+        name = bids_name({**template, "hemi": hemi[0].upper()}, "mesh", ".surf.gii")
+        if mesh[hemi].endswith(".gz"):  # nilearn's fsaverage5 comes gzipped
+            data = gzip.decompress(Path(mesh[hemi]).read_bytes())
+            copied[hemi] = atomic_write_bytes(out / "surfaces" / name, data)
+        else:
+            copied[hemi] = atomic_copy(mesh[hemi], out / "surfaces" / name)
+    return copied
+
+
+def _remove_stale(out: Path, files: list[Path], log: Log) -> None:
+    """Remove label files, atlas descriptions, surfaces and panels an earlier run here
+    wrote for methods, K, splits or meshes this run does not have, and the label files of
+    the earlier layout (``labels/``): left in place, they would read as this run's (and
+    the BIDS validator refuses ``labels/``)."""
+    written = {Path(f).resolve() for f in files}
+    candidates = [
+        *out.glob("tpl-*/anat/*_dseg.*"),
+        *out.glob("atlas-*_description.json"),
+        *out.glob("surfaces/*.surf.gii"),
+        *out.glob("parcellations_K*.png"),
+        *out.glob("labels/*_dseg.*"),
+    ]
+    stale = [p for p in candidates if p.resolve() not in written]
+    for p in sorted(stale):
+        remove_path(p)
+    for folder in (*out.glob("tpl-*/anat"), *out.glob("tpl-*"), out / "labels"):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    if stale:
+        log(
+            f"[outputs] removed {len(stale)} file(s) an earlier run wrote for other methods, "
+            f"K or splits (first: {sorted(stale)[0].name})"
+        )
+
+
+def _sidecar(
+    ctx: RunContext,
+    spec: MethodSpec,
+    k: int,
+    split: str,
+    labels: np.ndarray,
+    score: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """What a ``_dseg.json`` says of one parcellation: how it was made and how it scored."""
+    cfg, splits = ctx.cfg, list(ctx.splits)
+    parcels = np.unique(labels[labels > 0])
+    out: dict[str, Any] = {
+        "Description": (
+            f"Split-half parcellation of the cortex: {spec.method} clustering of split {split} "
+            f"into K = {k} clusters; 0 is background (masked vertices)."
+        ),
+        "Method": spec.method,
+        "MethodName": spec.name,
+        "NumberOfClusters": k,
+        "NumberOfParcels": int(parcels.size),
+        "Split": split,
+        "Subjects": cfg.resolved_splits()[split],
+        "Features": "unit rows of U·Σ" if spec.features == "us" else "unit rows of U",
+        "SVD": asdict(cfg.svd),
+        **_spatial_settings(spec, k, cfg.random_state, chosen_blurs(ctx).get(split)),
+        "Preprocessing": cfg.preprocess.to_dict(),
+        "RandomState": cfg.random_state,
+    }
+    if split != splits[0]:
+        out["LabelsMatchedTo"] = (
+            f"split {splits[0]}: each parcel takes the id of the {splits[0]} parcel it "
+            "overlaps most (Hungarian method); unmatched parcels take ids above those."
+        )
+    if score is not None and any(key.startswith("heldout_") for key in score):
+        # on the other split's data, both directions averaged (see report.json's
+        # scores_explained.heldout)
+        out["HeldOutScores"] = {
+            key.removeprefix("heldout_"): score[key] for key in score if key.startswith("heldout_")
+        }
+    if score is not None and any(key.startswith("timehalves_") for key in score):
+        # fitted on one time half of a split, scored on the other (scores_explained.timehalves)
+        out["TimeHalvesScores"] = {
+            key.removeprefix("timehalves_"): score[key]
+            for key in score
+            if key.startswith("timehalves_")
+        }
+    if score is not None:
+        out["SplitHalfScores"] = {
+            key: score[key]
+            for key in ("dice", "nmi", "ari", "null_dice_mean", "null_dice_sd", "n_regions")
+            if key in score
+        }
+    return out
+
+
+def _spatial_settings(
+    spec: MethodSpec, k: int, random_state: int, chosen_blur: float | None
+) -> dict[str, Any]:
+    """The sidecar's spatial settings: the fitted estimator's parameters, by name."""
+    params = spec.estimator(k, random_state, blur_mm=chosen_blur).get_params()
+    out: dict[str, Any] = {}
+    for name in SPATIAL_OPTIONS:
+        out[_SIDECAR_NAMES.get(name, name.title().replace("_", ""))] = params[name]
+        if name == "feature_smoothing_mm":
+            out["FeatureSmoothingChosenByData"] = spec.auto_blur
+    return out
+
+
+#: sidecar keys that are not the option's name in CamelCase
+_SIDECAR_NAMES = {"feature_smoothing_mm": "FeatureSmoothingFWHM"}

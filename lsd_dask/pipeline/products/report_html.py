@@ -1,0 +1,209 @@
+"""``report.html``: one self-contained page beside ``report.json`` with the figures, the
+score table, what each score means, the settings and the timings."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...io.atomic import atomic_write_text
+
+__all__ = ["write_report_html"]
+
+
+def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -> Path:
+    """Write the page; figures are embedded (the page opens anywhere on its own)."""
+    e = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>lsd-dask report {e(report.get('run_id', ''))}</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;"
+        "padding:3px 8px;text-align:right}th{background:#f3f3f3}td.l{text-align:left}"
+        "img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow:auto}</style>",
+        "</head><body>",
+        "<h1>Split-half parcellation report</h1>",
+        f"<p>Run {e(str(report.get('run_id')))}, lsd-dask "
+        f"{e(str(report.get('versions', {}).get('lsd_dask', '')))}. "
+        f"Command: <code>{e(str(report.get('command_line') or 'run from Python'))}</code>. "
+        f"Surface: {e(_surface(report.get('config', {})))}.</p>",
+        *_comparison_tables(report.get("scores", []), report.get("atlases", [])),
+        "<h2>Scores</h2>",
+        _score_table(report.get("scores", [])),
+        "<h3>What the scores are</h3><dl>",
+    ]
+    for key, text in report.get("scores_explained", {}).items():
+        parts.append(f"<dt><b>{e(key)}</b></dt><dd>{e(text)}</dd>")
+    parts.append("</dl>")
+    if report.get("feature_blur"):
+        parts.append(_blur_table(report["feature_blur"]))
+    parts.append("<h2>Figures</h2>")
+    for fig in figures:
+        data = base64.b64encode(Path(fig).read_bytes()).decode("ascii")
+        parts.append(
+            f"<figure><img alt='{e(Path(fig).name)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{e(Path(fig).name)}</figcaption></figure>"
+        )
+    timings = report.get("timings_s", {})
+    parts += [
+        "<h2>Timings (seconds)</h2><table><tr>",
+        "".join(f"<th>{e(k)}</th>" for k in timings),
+        "</tr><tr>",
+        "".join(f"<td>{v:.1f}</td>" for v in timings.values()),
+        "</tr></table>",
+        "<h2>Settings</h2>",
+        f"<pre>{e(yaml.safe_dump(report.get('config', {}), sort_keys=False))}</pre>",
+        "</body></html>",
+    ]
+    return atomic_write_text(path, "\n".join(parts))
+
+
+def _surface(config: dict[str, Any]) -> str:
+    """What the mesh is: the standard one chosen for the data, or the files given."""
+    source = str(config.get("mesh_source") or "given")
+    if source != "given":
+        return source
+    mesh = config.get("mesh") or {}
+    return "the given meshes " + ", ".join(str(v) for v in mesh.values())
+
+
+def _blur_table(blur: dict[str, dict[str, Any]]) -> str:
+    """The blur each split chose (``feature_smoothing_mm: auto``): every blur's held-out
+    error, ± its standard error against the best."""
+    e = html.escape
+    rows = ["<h2>Feature blur chosen by the data</h2><table><tr><th>split</th><th>K</th>"]
+    grid = next(iter(blur.values()))["grid_mm"]
+    rows.append("".join(f"<th>{g:g} mm</th>" for g in grid) + "<th>chosen</th></tr>")
+    for split, c in blur.items():
+        cells = "".join(
+            "<td>not tried</td>" if m is None else f"<td>{m:.4f} ± {se:.4f}</td>"
+            for m, se in zip(c["mean_error"], c["standard_error"], strict=True)
+        )
+        rows.append(
+            f"<tr><td class='l'>{e(split)}</td><td>{c['k']}</td>{cells}"
+            f"<td>{c['fwhm_mm']:g} mm</td></tr>"
+        )
+    rows.append(
+        "</table><p>Held-out within-parcel sum of squares per vertex (lower is better): "
+        "parcels of one half of the split's time points, blurred, scored on the other half; "
+        f"the least blur within {100 * next(iter(blur.values()))['rtol']:g} % (or one "
+        "standard error) of the best is chosen. The blurs are tried from the least up, "
+        "until one is worse than the best by twice that.</p>"
+    )
+    return "".join(rows)
+
+
+def _score_table(rows: list[dict[str, Any]]) -> str:
+    cols = [
+        ("method", "method"),
+        ("k", "K"),
+        ("dice", "Dice"),
+        ("null_dice_mean", "null Dice"),
+        ("null_dice_z", "z"),
+        ("spin_null_dice_mean", "spin-null Dice"),
+        ("spin_null_dice_z", "z (spin)"),
+        ("nmi", "NMI"),
+        ("null_nmi_mean", "null NMI"),
+        ("ami", "AMI"),
+        ("ari", "ARI"),
+        ("n_regions", "regions"),
+        ("heldout_homogeneity", "held-out homogeneity"),
+        ("heldout_homogeneity_z", "z (spin)"),
+        ("heldout_dcbc", "DCBC"),
+        ("heldout_dcbc_z", "z (spin)"),
+        ("heldout_silhouette", "silhouette"),
+        ("heldout_silhouette_z", "z (spin)"),
+    ]
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in cols)
+    body = []
+    for r in rows:
+        cells = []
+        for key, _ in cols:
+            v = r.get(key)
+            if isinstance(v, float):
+                text = f"{v:.3f}" if not key.endswith("_z") else f"{v:.1f}"
+            elif isinstance(v, list):
+                text = "/".join(str(x) for x in v)
+            else:
+                text = "" if v is None else str(v)
+            cls = " class='l'" if key == "method" else ""
+            cells.append(f"<td{cls}>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+#: the comparison's columns (row key, title); higher is better in each
+_COMPARED = [
+    ("heldout_homogeneity", "held-out homogeneity"),
+    ("heldout_dcbc", "DCBC"),
+    ("heldout_silhouette", "neighbour silhouette"),
+    ("heldout_pca_homogeneity", "Gordon homogeneity"),
+    ("timehalves_homogeneity", "homogeneity, time halves"),
+    ("timehalves_dcbc", "DCBC, time halves"),
+    ("dice", "split-half Dice"),
+]
+
+
+def _comparison_tables(
+    rows: list[dict[str, Any]], atlases: list[dict[str, Any]] | None = None
+) -> list[str]:
+    """One table per K: every method, and every comparison atlas at its nearest K, on
+    every measure, the best of each column in bold (held-out measures first: they read
+    the parcels against data the fit never saw)."""
+    if not any("heldout_homogeneity" in r or "timehalves_homogeneity" in r for r in rows):
+        return []
+    e = html.escape
+    parts = [
+        "<h2>Which parcellation is better</h2>",
+        "<p>Each split's parcels scored on the other split's data (z against spins of the "
+        "parcellation in brackets), beside split-half Dice; a published atlas, fitted on "
+        "neither split, is scored on both and sits at the K nearest its parcel count. The "
+        "best of each column is in bold. Dice rewards parcels that are smooth alike in both "
+        "splits, which any blur gives; held-out homogeneity and DCBC compare the parcels "
+        "with data the fit never saw, and DCBC compares vertex pairs only at equal distance, "
+        "so smoothness alone cannot raise them. Smaller parcels are more homogeneous: a "
+        "method whose parcels fall into over 10 % more connected regions than K (marked "
+        "&dagger;) is not compared like for like at this K.</p>",
+    ]
+    if any("timehalves_homogeneity" in r for r in rows):
+        parts.append(
+            "<p>The time-halves columns: each method fitted on one half of every subject's "
+            "time points within a split and scored on the other half, averaged over the "
+            "splits and both directions.</p>"
+        )
+    for k in sorted({r["k"] for r in rows}):
+        at_k = [r for r in rows if r["k"] == k] + [
+            {**a, "method": f"atlas: {a['atlas']}", "n_regions": [a["n_parcels"]]}
+            for a in atlases or []
+            if a["k"] == k
+        ]
+        best = {
+            key: max(r[key] for r in at_k if r.get(key) is not None)
+            for key, _ in _COMPARED
+            if any(r.get(key) is not None for r in at_k)
+        }
+        # the time-halves columns only where that option ran
+        compared = [(key, t) for key, t in _COMPARED if any(key in r for r in at_k)]
+        head = "".join(f"<th>{e(t)}</th>" for t in ["method", "regions", *(c[1] for c in compared)])
+        body = []
+        for r in at_k:
+            regions = r.get("n_regions", [])
+            mark = " &dagger;" if regions and max(regions) > 1.1 * k else ""
+            cells = [f"<td class='l'>{e(str(r['method']))}{mark}</td>",
+                     f"<td>{e('/'.join(str(x) for x in regions))}</td>"]  # fmt: skip
+            for key, _ in compared:
+                v = r.get(key)
+                z = r.get(f"{key}_z")
+                text = "" if v is None else f"{v:.3f}" + (f" ({z:.1f})" if z is not None else "")
+                if v is not None and v == best.get(key):
+                    text = f"<b>{e(text)}</b>"
+                else:
+                    text = e(text)
+                cells.append(f"<td>{text}</td>")
+            body.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append(f"<h3>K = {k}</h3><table><tr>{head}</tr>{''.join(body)}</table>")
+    return parts

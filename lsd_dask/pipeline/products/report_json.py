@@ -1,0 +1,85 @@
+"""``report.json`` and ``report.html``: what a run did, on what, with which versions, how
+its parcellations scored, and how long each stage took."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..._version import __version__
+from ...io.atomic import atomic_write_text
+from ..engine.context import RunContext
+from ..stages.evaluation import atlas_rows
+from .report_html import write_report_html
+
+__all__ = ["write_report"]
+
+
+def write_report(
+    ctx: RunContext,
+    scores: tuple[list[dict[str, Any]], dict[str, str]],
+    files: list[Path],
+    timings: dict[str, float],
+    command: str | None,
+) -> dict[str, Any]:
+    """Write ``report.json`` and ``report.html`` into the output folder; return the report.
+
+    ``scores``: the rows and their explanation (:func:`.scores.score_run`); ``files``: the
+    outputs written; ``command``: the command line, when there is one.
+    """
+    cfg, wd, out = ctx.cfg, ctx.wd, ctx.cfg.output
+    blur = _by_split(ctx.results.get("blur", {}))
+    report = {
+        "run_id": f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
+        "command_line": command,
+        # paths relative to the output folder: the report travels with the outputs
+        "config": cfg.to_dict(relative_to=out),
+        "work": cfg.work_url if "://" in cfg.work_url else os.path.relpath(cfg.work_url, out),
+        "versions": _versions(),
+        "mask": ctx.results["ingest"]["mask"],
+        "svd": _by_split(ctx.results["svd"]),
+        **({"feature_blur": blur} if blur else {}),
+        "fingerprints": wd.fingerprints(),
+        "scores": scores[0],
+        "atlases": atlas_rows(ctx),
+        "scores_explained": scores[1],
+        "timings_s": timings,
+        "outputs": [str(p.relative_to(out)) for p in files],
+    }
+    atomic_write_text(out / "report.json", json.dumps(report, indent=2))
+    figures = [p for p in files if p.suffix == ".png"]
+    write_report_html(report, out / "report.html", figures)
+    return report
+
+
+def _by_split(results: dict[str, Any]) -> dict[str, Any]:
+    """A stage's results keyed by split (``svd/split1`` -> ``split1``)."""
+    return {name.split("/", 1)[1]: value for name, value in results.items()}
+
+
+def _versions() -> dict[str, str]:
+    import dask
+    import distributed
+    import nibabel
+    import scipy
+    import sklearn
+    import zarr
+
+    return {
+        "lsd_dask": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "dask": dask.__version__,
+        "distributed": distributed.__version__,
+        "zarr": zarr.__version__,
+        "nibabel": nibabel.__version__,
+        "scikit-learn": sklearn.__version__,
+    }

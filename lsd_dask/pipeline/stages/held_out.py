@@ -1,0 +1,199 @@
+"""What every held-out score shares: the measures of one parcellation on one held-out data
+set (:func:`held_out_scores`), their spin nulls, the vertex pairs DCBC is scored on, the
+key the scores depend on, and their mean over the two directions. The evaluation stage
+(:mod:`.evaluate`) and the time-halves stage (:mod:`.evaluate_halves`) score with these.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import evaluation as ev
+from ..._version import __version__
+from ...spin import find_spheres
+from ..engine.context import RunContext
+from ..engine.contract import Unit
+from ..engine.workdir import mesh_digest
+
+__all__ = [
+    "BIN_WIDTH_MM",
+    "MAX_DIST_MM",
+    "MEASURES",
+    "NULL_PAIRS",
+    "NULL_VERTICES",
+    "NullSettings",
+    "cores",
+    "held_out_scores",
+    "load_result",
+    "log_means",
+    "mean_of",
+    "scoring_key",
+    "spin_nulls",
+    "spin_nulls_from",
+    "vertex_pairs",
+]
+
+
+#: DCBC's vertex pairs: up to this distance along the mesh (Zhi et al. 2022's 35 mm)
+MAX_DIST_MM = 35.0
+#: DCBC's distance bins (1 mm, as in the reference)
+BIN_WIDTH_MM = 1.0
+#: the measures, by their name in the report
+MEASURES = ("homogeneity", "dcbc", "silhouette", "pca_homogeneity")
+#: the spin null's samples (:class:`lsd_dask.evaluation.SpinNull`): vertices for
+#: homogeneity and the silhouette, and about how many vertex pairs score DCBC (those among
+#: a sample of 1 vertex in 31 of the 58,558 of 32k_fs_LR's cortex, whose midthickness has
+#: 58.6 million pairs within 35 mm)
+NULL_VERTICES = 1000
+NULL_PAIRS = 60_000
+
+
+def load_result(ctx: RunContext, unit: Unit) -> dict[str, Any]:
+    """A scored unit's saved result (its JSON output)."""
+    result: dict[str, Any] = json.loads(ctx.wd.read_text(unit.outputs[0]))
+    return result
+
+
+def scoring_key(ctx: RunContext) -> dict[str, Any]:
+    """What every held-out score depends on besides its data and labels: the mesh the
+    distances run along, the bins, the spins and their sample, the sphere."""
+    cfg = ctx.cfg
+    return {
+        "mesh": mesh_digest(*ctx.kept_mesh()),
+        "max_dist_mm": MAX_DIST_MM,
+        "bin_width_mm": BIN_WIDTH_MM,
+        "spins": cfg.spins,
+        "null_sample": [NULL_VERTICES, NULL_PAIRS],
+        "random_state": cfg.random_state,
+        "sphere": cfg.sphere,
+        "lsd_dask": __version__,
+    }
+
+
+def vertex_pairs(ctx: RunContext) -> ev.VertexPairs:
+    """The kept vertices' pairs within :data:`MAX_DIST_MM` along the mesh, computed once
+    per run (every evaluation stage scores DCBC on them)."""
+    if "vertex_pairs" not in ctx.shared:
+        V, A = ctx.kept_mesh()
+        found = ev.geodesic_pairs(V, A, MAX_DIST_MM, n_jobs=cores())
+        ctx.log(f"[evaluate] {len(found)} vertex pairs within {MAX_DIST_MM:g} mm along the mesh")
+        ctx.shared["vertex_pairs"] = found
+    pairs: ev.VertexPairs = ctx.shared["vertex_pairs"]
+    return pairs
+
+
+def held_out_scores(
+    labels: np.ndarray,
+    Z: np.ndarray,
+    pairs: ev.VertexPairs,
+    r: np.ndarray,
+    A: Any,
+    kept: np.ndarray,
+    null: ev.SpinNull | None,
+) -> dict[str, dict[str, Any]]:
+    """The measures of ``labels`` (every vertex) on one held-out data set: ``Z`` its
+    features on the kept vertices, ``r`` their correlations over ``pairs``; each beside
+    ``null``'s spins, when given."""
+    lab = labels[kept]
+    values = {
+        "homogeneity": ev.homogeneity(Z, lab),
+        "dcbc": ev.dcbc(lab, pairs, r, bin_width=BIN_WIDTH_MM).value,
+        "silhouette": ev.neighbour_silhouette(Z, lab, A),
+        "pca_homogeneity": ev.pca_homogeneity(Z, lab),
+    }
+    zs = null.z_scores(labels, A) if null is not None else {}
+    return {m: _with_null(v, zs.get(m)) for m, v in values.items()}
+
+
+def log_means(stage: str, what: str, means: dict[str, float | None], log: Any) -> None:
+    """One line per scored parcellation."""
+    log(
+        f"[{stage}] {what}: held-out homogeneity {means['homogeneity']:.3f}, "
+        f"DCBC {means['dcbc']:.3f}, silhouette {means['silhouette']:.3f}"
+    )
+
+
+def spin_nulls(
+    ctx: RunContext,
+    features: dict[str, np.ndarray],
+    pairs: ev.VertexPairs,
+    correlations: dict[str, np.ndarray],
+) -> dict[str, ev.SpinNull]:
+    """A spin null for each held-out data set, by name: the rotations drawn once, each
+    set's data scored under them (none without a sphere or with ``spins: 0``)."""
+    return spin_nulls_from(NullSettings.of(ctx), ctx.kept, features, pairs, correlations)
+
+
+@dataclass(frozen=True)
+class NullSettings:
+    """What the spin nulls are drawn from: the spheres (None: no null), the spins and the
+    run's seed. The sample and the rotations depend on these alone, so a null built on
+    one data set equals another's :meth:`~lsd_dask.evaluation.SpinNull.with_data`."""
+
+    spheres: dict[str, np.ndarray] | None
+    spins: int
+    random_state: int
+
+    @classmethod
+    def of(cls, ctx: RunContext) -> NullSettings:
+        spheres = find_spheres(ctx.meshes, ctx.cfg.sphere)["spheres"]
+        return cls(spheres, ctx.cfg.spins, ctx.cfg.random_state)
+
+
+def spin_nulls_from(
+    settings: NullSettings,
+    kept: np.ndarray,
+    features: dict[str, np.ndarray],
+    pairs: ev.VertexPairs,
+    correlations: dict[str, np.ndarray],
+) -> dict[str, ev.SpinNull]:
+    """:func:`spin_nulls` from its settings (in a task as in this process)."""
+    if settings.spheres is None or settings.spins <= 0:
+        return {}
+    (first, Z), *others = features.items()
+    null = ev.SpinNull(
+        Z,
+        pairs,
+        correlations[first],
+        settings.spheres,
+        kept,
+        n_spins=settings.spins,
+        n_vertices=NULL_VERTICES,
+        n_pairs=NULL_PAIRS,
+        bin_width=BIN_WIDTH_MM,
+        random_state=[settings.random_state, 2],
+    )
+    return {first: null, **{s: null.with_data(Zs, correlations[s]) for s, Zs in others}}
+
+
+def _with_null(value: float, null: dict[str, Any] | None) -> dict[str, Any]:
+    """A measure's value on all the held-out data, beside its spin null on the sample."""
+    if null is None:
+        return {"value": float(value), "on_sample": None, "null_mean": None, "null_sd": None,
+                "z": None}  # fmt: skip
+    return {"value": float(value), "on_sample": null["value"], **{
+        k: null[k] for k in ("null_mean", "null_sd", "z")}}  # fmt: skip
+
+
+def cores() -> int:
+    """The cores this process may use (the geodesic pairs' threads)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def mean_of(directions: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float | None]:
+    """Each measure's value and z averaged over the two directions (or data sets)."""
+    out: dict[str, float | None] = {}
+    for m in MEASURES:
+        vals = [d[m]["value"] for d in directions.values()]
+        zs = [d[m]["z"] for d in directions.values()]
+        out[m] = float(np.mean(vals))
+        out[f"{m}_z"] = float(np.mean(zs)) if all(z is not None for z in zs) else None
+    return out

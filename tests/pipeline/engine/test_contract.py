@@ -1,0 +1,231 @@
+"""The stage contract's runner, once for every stage: skip what is current, compute the
+rest together, record each unit as the stage yields it, recompute on a changed key or a
+missing output; and a new stage runs in a real pipeline from one line in the stage list.
+A run holds its work folder's lock: a second run into it fails at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import yaml
+
+from lsd_dask.pipeline import load_config, run_pipeline, write_study
+from lsd_dask.pipeline.engine.context import RunContext
+from lsd_dask.pipeline.engine.contract import Unit, run_stage
+from lsd_dask.pipeline.engine.workdir import WorkDir
+
+
+class Squares:
+    """A toy stage: unit i writes i² to a file; ``fail_after`` stops it part-way."""
+
+    name = "squares"
+
+    def __init__(self, n=3, salt=0, fail_after=None):
+        self.n, self.salt, self.fail_after = n, salt, fail_after
+        self.computed: list[list[str]] = []
+
+    def plan(self, ctx):
+        return [
+            Unit(f"squares/{i}", {"i": i, "salt": self.salt}, [ctx.wd.folder.join(f"sq{i}.json")],
+                 label=f"unit {i}", item=i)
+            for i in range(self.n)
+        ]  # fmt: skip
+
+    def load(self, ctx, unit):
+        return json.loads(ctx.wd.read_text(unit.outputs[0]))
+
+    def compute(self, ctx, todo):
+        self.computed.append([u.name for u in todo])
+        for done, u in enumerate(reversed(todo)):  # any order: the runner keeps the plan's
+            if self.fail_after is not None and done == self.fail_after:
+                raise RuntimeError("interrupted")
+            ctx.wd.write_text(u.outputs[0], json.dumps(u.item**2 + self.salt))
+            yield u, u.item**2 + self.salt
+
+
+def _ctx(tmp_path, logs):
+    return RunContext(cfg=None, wd=WorkDir(tmp_path / "work", logs.append), log=logs.append,
+                      meshes={})  # fmt: skip
+
+
+def test_skips_current_units_and_computes_the_rest_together(tmp_path):
+    logs: list[str] = []
+    ctx = _ctx(tmp_path, logs)
+    stage = Squares()
+    assert run_stage(stage, ctx) == {"squares/0": 0, "squares/1": 1, "squares/2": 4}
+    assert list(ctx.results["squares"]) == ["squares/0", "squares/1", "squares/2"]
+    assert stage.computed == [["squares/0", "squares/1", "squares/2"]]
+    # a second run computes nothing and loads every result
+    again = Squares()
+    assert run_stage(again, ctx) == {"squares/0": 0, "squares/1": 1, "squares/2": 4}
+    assert again.computed == []
+    assert "[squares] unit 1 done earlier, skipped" in logs
+    # a missing output and a changed key are computed again, alone
+    (tmp_path / "work" / "sq1.json").unlink()
+    third = Squares()
+    run_stage(third, ctx)
+    assert third.computed == [["squares/1"]]
+    salted = Squares(salt=10)
+    assert run_stage(salted, ctx)["squares/2"] == 14
+    assert any("squares/0: recomputing (changed: salt 0 -> 10)" in line for line in logs)
+
+
+def test_an_interrupted_stage_records_only_what_it_yielded(tmp_path):
+    ctx = _ctx(tmp_path, [])
+    with pytest.raises(RuntimeError, match="interrupted"):
+        run_stage(Squares(fail_after=1), ctx)
+    stamps = sorted(p.name for p in (tmp_path / "work" / "stamps").iterdir())
+    assert stamps == ["squares__2.json"]  # the unit it yielded (its output written)
+    resumed = Squares()
+    assert run_stage(resumed, ctx) == {"squares/0": 0, "squares/1": 1, "squares/2": 4}
+    assert resumed.computed == [["squares/0", "squares/1"]]
+
+
+def test_a_stage_that_skips_a_unit_is_an_error(tmp_path):
+    class Lazy(Squares):
+        def compute(self, ctx, todo):
+            yield from list(super().compute(ctx, todo))[:1]
+
+    missing = r"stage squares did not compute \['squares/0', 'squares/1'\]"
+    with pytest.raises(RuntimeError, match=missing):
+        run_stage(Lazy(), _ctx(tmp_path, []))
+
+
+def test_a_new_stage_is_one_line_in_the_stage_list(tmp_path, study, monkeypatch):
+    """A stage that reads the cluster stage's labels runs after it, with its stamps."""
+    import lsd_dask.pipeline.stages as plan
+
+    class ParcelSizes:
+        name = "sizes"
+
+        def plan(self, ctx):
+            return [
+                Unit(f"sizes/{split}", {"labels": ctx.wd.fingerprint_of(
+                    f"cluster/{split}/directional/K5")},  # fmt: skip
+                    [ctx.wd.folder.join(f"sizes_{split}.npy")], label=split, item=split)
+                for split in ctx.splits
+            ]  # fmt: skip
+
+        def load(self, ctx, unit):
+            return ctx.wd.load_npy(unit.outputs[0])
+
+        def compute(self, ctx, todo):
+            for u in todo:
+                lab = ctx.wd.load_npy(ctx.wd.labels(u.item, "directional", 5))
+                sizes = np.bincount(lab)[1:]
+                ctx.wd.save_npy(u.outputs[0], sizes)
+                yield u, sizes
+
+    monkeypatch.setattr(plan, "STAGES", [*plan.STAGES, ParcelSizes()])
+    write_study(study, tmp_path, fmt="gifti")
+    cfg = load_config(tmp_path / "pipeline.yaml", ks=[5], null_repeats=0)
+    logs: list[str] = []
+    run_pipeline(cfg, log=logs.append)
+    sizes = np.load(cfg.output / "work" / "sizes_split1.npy")
+    assert sizes.size == 5 and sizes.sum() == np.load(cfg.output / "work" / "mask.npy").sum()
+    logs.clear()
+    run_pipeline(cfg, log=logs.append)
+    assert "[sizes] split2 done earlier, skipped" in logs
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from lsd_dask.cli import main; main()", *args]
+
+
+def _labels(out):
+    work = out / "work" / "labels"
+    return {p.name: np.load(p) for p in sorted(work.glob("*.npy"))}
+
+
+@pytest.mark.parametrize("stage", ["ingest", "svd", "cluster"])
+def test_two_runs_into_one_folder_the_second_fails_at_once_and_the_first_is_unharmed(
+    tmp_path, write_tiny_study, scheduler_address, stage
+):
+    """Run A is paused (SIGSTOP) at its first line of a stage (ingest, the SVD, the first
+    fit); run B into the same output folder fails with one line naming A, before it reads
+    any input; A, continued, finishes with the labels of a fresh run."""
+    study = tmp_path / "study"
+    write_tiny_study(study, random_state=3)
+    raw = yaml.safe_load((study / "pipeline.yaml").read_text())
+    raw.update(ks=[4], methods=["directional"], min_region_size=2, null_repeats=1, spins=50)
+    raw["svd"] = {"method": "randomized", "rank": 12}
+    (study / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    args = [str(study / "pipeline.yaml"), "--scheduler", scheduler_address]
+    out = tmp_path / "shared"
+    a = subprocess.Popen(
+        _cli("run", *args, "--out", str(out)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    paused = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert a.stdout is not None
+        for line in a.stdout:
+            lines.append(line)
+            # the CLI's console lines start with their time (HH:MM:SS)
+            if not paused.is_set() and re.sub(r"^\d\d:\d\d:\d\d ", "", line).startswith(
+                f"[{stage}]"
+            ):
+                os.kill(a.pid, signal.SIGSTOP)
+                paused.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert paused.wait(240), "".join(lines)
+        b = subprocess.run(
+            _cli("run", *args, "--out", str(out)), capture_output=True, text=True, timeout=60
+        )
+        assert b.returncode != 0
+        message = (b.stdout + b.stderr).strip().splitlines()
+        assert len(message) == 1, b.stdout + b.stderr  # no progress line: nothing was read
+        assert f"in use by another run: pid {a.pid}" in message[0]
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    assert a.wait(timeout=240) == 0, "".join(lines)
+    reader.join(timeout=10)
+    fresh = tmp_path / "fresh"
+    subprocess.run(_cli("run", *args, "--out", str(fresh)), check=True, capture_output=True)
+    got, want = _labels(out), _labels(fresh)
+    assert list(got) == list(want) and got
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_a_write_the_disk_refuses_ends_the_run_in_one_line_naming_the_file(
+    tmp_path, write_tiny_study
+):
+    """Files capped at 64 KiB (RLIMIT_FSIZE: the kernel refuses the write as a full disk
+    would): the run fails with one Error line naming the file it could not write."""
+    import resource
+
+    study = tmp_path / "study"
+    write_tiny_study(study, random_state=3)
+    cluster = tmp_path / "threads.yaml"
+    cluster.write_text("type: local\nlocal:\n  n_workers: 1\n  threads_per_worker: 2\n"
+                       "  processes: false\n  dashboard_address: \":0\"\n")  # fmt: skip
+
+    def cap() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+    res = subprocess.run(
+        _cli("run", str(study / "pipeline.yaml"), "--out", str(tmp_path / "out"),
+             "--cluster", str(cluster), "--k", "4"),
+        capture_output=True, text=True, timeout=300, preexec_fn=cap,
+    )  # fmt: skip
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.returncode != 0
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "File too large" in errors[0] and str(tmp_path / "out") in errors[0], errors[0]
