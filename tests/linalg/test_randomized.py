@@ -8,8 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lsd_dask.distributed import ClientPlacement, placement
 from lsd_dask.io import open_split, write_split
-from lsd_dask.linalg.randomized import randomized_svd, streaming_svd
+from lsd_dask.linalg.placement import SchedulerChoice
+from lsd_dask.linalg.randomized import randomized_svd
+from lsd_dask.linalg.streaming import streaming_svd
 
 
 def _low_rank(n=600, t=50, s=4, r=15, noise=0.3, seed=0):
@@ -198,8 +201,9 @@ def test_a_half_from_the_splits_u_on_distributed_workers(store):
     ref, s_ref, _ = randomized_svd(X, 6, n_power_iter=1, final_pass=False, start=start)
     with _two_workers():
         U, s, _ = randomized_svd(
-            half, 6, n_power_iter=1, final_pass=False, start=start, return_vt=False
-        )
+            half, 6, n_power_iter=1, final_pass=False, start=start, return_vt=False,
+            placement=placement(),
+        )  # fmt: skip
         U = U.compute()
     np.testing.assert_allclose(s, s_ref, rtol=1e-5)
     np.testing.assert_allclose(U, ref, atol=1e-4)
@@ -218,7 +222,8 @@ def test_each_pass_puts_its_group_tasks_on_every_worker(store):
         client.wait_for_workers(2)
         with get_task_stream(client) as ts:
             _, s, _ = randomized_svd(blocks, 6, n_power_iter=2, random_state=0,
-                                     sketch_columns=100, return_vt=False)  # fmt: skip
+                                     sketch_columns=100, return_vt=False,
+                                     placement=placement())  # fmt: skip
         ran = sorted(
             (t["startstops"][-1]["start"], t["worker"])
             for t in ts.data
@@ -237,14 +242,16 @@ def test_group_task_i_asks_for_worker_thread_i_and_lets_others_take_it(store):
     sketch's and the power passes' restrictions were once dropped on the way, when the
     basis's QR optimised the graph of the sums). The scheduler once queued both of a
     pass's group tasks on the worker holding most of their inputs while the other sat
-    idle until one was stolen. Without a client there is no restriction."""
+    idle until one was stolen. Without a placement there is no restriction."""
     from distributed.diagnostics.plugin import SchedulerPlugin
 
-    from lsd_dask.linalg.randomized import _BlockPasses, _TestMatrix
+    from lsd_dask.linalg.block_passes import BlockPasses
+    from lsd_dask.linalg.sketch import TestMatrix
 
     p, _, (_, s0, _) = store
     blocks = open_split(p).column_blocks
-    for task in _BlockPasses(blocks, 8, _TestMatrix(0), np.float32, True)._tasks("sketch"):
+    passes = BlockPasses(blocks, 8, TestMatrix(0), np.float32, True, SchedulerChoice())
+    for task in passes._tasks("sketch"):
         assert not task.dask.layers[task.key].annotations
 
     class Restrictions(SchedulerPlugin):
@@ -261,7 +268,8 @@ def test_group_task_i_asks_for_worker_thread_i_and_lets_others_take_it(store):
         plugin = Restrictions(client.cluster.scheduler)
         client.cluster.scheduler.add_plugin(plugin, name="restrictions")
         _, s, _ = randomized_svd(blocks, 6, n_power_iter=2, random_state=0,
-                                 sketch_columns=100, return_vt=False)  # fmt: skip
+                                 sketch_columns=100, return_vt=False,
+                                 placement=placement())  # fmt: skip
         workers = sorted(client.nthreads())
     np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
     # the sketch, 2 power passes and the last transpose: group tasks 0 and 1 each, the
@@ -271,7 +279,7 @@ def test_group_task_i_asks_for_worker_thread_i_and_lets_others_take_it(store):
 
 
 def test_an_svd_given_one_worker_keeps_its_passes_and_qrs_there(store):
-    """``workers=[w]`` on 2 worker processes: every pass's one group task and every QR of
+    """``placement([w])`` on 2 worker processes: every pass's one group task and every QR of
     the basis run on w (the other worker idle, free for another SVD); without the final
     pass, the last power iteration's group task still runs once, though its sum and its
     Xᵀ Q blocks are two results of it (fused into a task of its own, the sum once ran the
@@ -286,10 +294,12 @@ def test_an_svd_given_one_worker_keeps_its_passes_and_qrs_there(store):
         one = sorted(client.nthreads())[1]
         with get_task_stream(client) as ts:
             U, s, _ = randomized_svd(blocks, 6, n_power_iter=2, final_pass=False,
-                                     random_state=0, return_vt=False, workers=[one])  # fmt: skip
+                                     random_state=0, return_vt=False,
+                                     placement=placement([one]))  # fmt: skip
             U = U.compute()
         Ub, sb, _ = randomized_svd(blocks, 6, n_power_iter=2, final_pass=False,
-                                   random_state=0, return_vt=False)  # fmt: skip
+                                   random_state=0, return_vt=False,
+                                   placement=placement())  # fmt: skip
         Ub = Ub.compute()
     ran = [(str(t["key"]), t["worker"]) for t in ts.data]
     # a fused task that runs a group pass again has a name of its own with this in it
@@ -321,7 +331,7 @@ def test_a_one_worker_svd_of_rank_deficient_data_falls_back_from_the_lu(tmp_path
         with get_task_stream(client) as ts:
             _, s, _ = randomized_svd(open_split(p).column_blocks, 6, n_power_iter=3,
                                      final_pass=True, random_state=0, return_vt=False,
-                                     workers=[one])  # fmt: skip
+                                     placement=placement([one]))  # fmt: skip
     keys = [str(t["key"]) for t in ts.data]
     assert sum("group_pass" in k for k in keys) == 5, keys  # sketch, 3 powers, transpose
     assert sum(k.startswith("_lu_basis-") for k in keys) == 3, keys
@@ -333,17 +343,19 @@ def test_a_one_worker_svd_of_rank_deficient_data_falls_back_from_the_lu(tmp_path
 
 def test_a_client_without_workers_puts_no_restriction_on_the_group_tasks():
     """All workers lost (a killed SVD worker's nanny not yet back): no thread to ask for,
-    so no restriction; the tasks wait for the workers that come."""
+    so no restriction; the tasks wait for the workers that come. Without a client, the
+    placement is the scheduler's choice."""
     from distributed import Client, LocalCluster
 
-    from lsd_dask.linalg.randomized import _thread_slots
-
-    assert _thread_slots() is None  # no client here
+    assert isinstance(placement(), SchedulerChoice)  # no client here
+    assert placement().slots() is None
     with (
         LocalCluster(n_workers=0, processes=True, host="127.0.0.1", dashboard_address=":0") as c,
         Client(c),
     ):
-        assert _thread_slots() is None
+        assert isinstance(placement(), ClientPlacement)
+        assert placement().slots() is None
+        assert placement().threads() == 1
 
 
 def test_bad_k(store):
@@ -357,7 +369,7 @@ def test_bad_k(store):
 
 
 def test_wide_column_chunks_are_split_to_bounded_blocks():
-    from lsd_dask.linalg.randomized import _bounded_column_blocks
+    from lsd_dask.linalg.passes import _bounded_column_blocks
 
     X = da.zeros((1000, 600), chunks=(250, 600), dtype=np.float32)
     # one column of all rows is 4 kB: a 100 kB cap allows 25 columns per block
@@ -412,11 +424,12 @@ def test_zarr_input_under_distributed_workers(store):
     """Worker processes open the store themselves; one group task per worker thread."""
     p, _, (U0, s0, _) = store
     with _two_workers():
-        U, s, _ = randomized_svd(open_split(p).column_blocks, 6, random_state=0)
+        here = placement()
+        U, s, _ = randomized_svd(open_split(p).column_blocks, 6, random_state=0, placement=here)
         U = U.compute()
         # without the final pass: the group tasks give both products from one read
         Uf, sf, Vtf = randomized_svd(
-            open_split(p).column_blocks, 6, random_state=0, final_pass=False
+            open_split(p).column_blocks, 6, random_state=0, final_pass=False, placement=here
         )
         Uf = Uf.compute()
     np.testing.assert_allclose(s, s0[:6], rtol=1e-3)
@@ -432,11 +445,13 @@ def test_block_passes_sum_each_row_block_of_the_basis_on_its_own(store):
     every group's result: the blocks' sums (and their QRs) can run on different workers,
     where one sum of the whole put both row blocks on one worker. Under 2 worker processes
     the answer is numpy's passes', and without Vt the same U and s."""
-    from lsd_dask.linalg.randomized import _BlockPasses, _TestMatrix
+    from lsd_dask.linalg.block_passes import BlockPasses
+    from lsd_dask.linalg.sketch import TestMatrix
 
     p, subs, _ = store
     with _two_workers():
-        passes = _BlockPasses(open_split(p).column_blocks, 16, _TestMatrix(0), np.float32, True)
+        blocks = open_split(p).column_blocks
+        passes = BlockPasses(blocks, 16, TestMatrix(0), np.float32, True, placement())
         Y = passes.sketch()
         assert passes.row_chunks == (300, 300) and Y.chunks == ((300, 300), (16,))
         graph = dict(Y.__dask_graph__())
@@ -448,10 +463,10 @@ def test_block_passes_sum_each_row_block_of_the_basis_on_its_own(store):
             assert len(t.dependencies) == 2 and len(groups) == 2
         X = np.concatenate([x for _, x in subs], axis=1)
         np.testing.assert_allclose(Y.compute(), passes_numpy_sketch(X, 16), rtol=1e-4, atol=1e-3)
-        U, s, Vt = randomized_svd(open_split(p).column_blocks, 6, random_state=3)
+        U, s, Vt = randomized_svd(blocks, 6, random_state=3, placement=placement())
         U = U.compute()
         Uv, sv, no_vt = randomized_svd(
-            open_split(p).column_blocks, 6, random_state=3, return_vt=False
+            blocks, 6, random_state=3, return_vt=False, placement=placement()
         )
         Uv = Uv.compute()
     Un, sn, Vtn = randomized_svd(X, 6, random_state=3)
@@ -464,9 +479,10 @@ def test_block_passes_sum_each_row_block_of_the_basis_on_its_own(store):
 
 
 def passes_numpy_sketch(X, l):
-    from lsd_dask.linalg.randomized import _NumpyPasses, _TestMatrix
+    from lsd_dask.linalg.passes import NumpyPasses
+    from lsd_dask.linalg.sketch import TestMatrix
 
-    return _NumpyPasses(X, l, _TestMatrix(0)).sketch()
+    return NumpyPasses(X, l, TestMatrix(0)).sketch()
 
 
 @pytest.mark.parametrize("final_pass", [True, False])
@@ -484,7 +500,8 @@ def test_a_received_misaligned_operand_is_copied_once_to_an_aligned_array():
     """A float32 array whose data start 2 bytes past a 4-byte boundary (as one rebuilt on a
     message's bytes can) comes back aligned and equal; an aligned one comes back as is;
     a group pass given misaligned row blocks of Q gives the aligned blocks' result."""
-    from lsd_dask.linalg.randomized import _aligned, _group_pass, _TestMatrix
+    from lsd_dask.linalg.block_passes import _aligned, _group_pass
+    from lsd_dask.linalg.sketch import TestMatrix
 
     rng = np.random.default_rng(0)
     q = rng.standard_normal((50, 7)).astype(np.float32)
@@ -519,7 +536,7 @@ def test_a_received_misaligned_operand_is_copied_once_to_an_aligned_array():
     ]
     assert not any(h.flags.aligned for h in half)
     args = ([(0, 12)], "power")
-    rest = (_TestMatrix(0), 7, np.float32)
+    rest = (TestMatrix(0), 7, np.float32)
     got = _group_pass(src, *args, half, *rest)
     want = _group_pass(src, *args, blocks, *rest)
     np.testing.assert_array_equal(got, want)
@@ -575,16 +592,16 @@ class _InMemoryBlocks:
 def test_the_sparse_sign_test_matrix_does_not_depend_on_how_it_is_cut(start, width, l, seed):
     """Any rows of Ω are those rows of one draw, whatever block asks for them: each row
     has min(l, 8) entries ±1, in distinct columns."""
-    from lsd_dask.linalg.randomized import _TestMatrix
+    from lsd_dask.linalg.sketch import TestMatrix
 
     stop = start + width
-    whole = _TestMatrix(seed).rows(0, stop, l, np.float64).toarray()
-    part = _TestMatrix(seed).rows(start, stop, l, np.float32)
+    whole = TestMatrix(seed).rows(0, stop, l, np.float64).toarray()
+    part = TestMatrix(seed).rows(start, stop, l, np.float32)
     assert part.shape == (width, l) and part.dtype == np.float32
     np.testing.assert_array_equal(part.toarray(), whole[start:])
     assert set(np.unique(whole)) <= {-1.0, 0.0, 1.0}
     assert ((whole != 0).sum(axis=1) == min(l, 8)).all()
-    other = _TestMatrix(seed + 1).rows(0, stop, l, np.float64).toarray()
+    other = TestMatrix(seed + 1).rows(0, stop, l, np.float64).toarray()
     assert stop < 20 or not np.array_equal(other, whole)  # by chance: 2⁻²⁰ at most
 
 
@@ -601,11 +618,12 @@ def test_a_sketch_product_adds_x_times_omega_in_place(n, width, l, kind, seed):
     dense product does, for row counts across its 256-row pieces; ``out`` may be a view.
     The sparse product through scipy's kernel and buffers gives scipy's own ``x @ Ω``
     bit for bit."""
-    from lsd_dask.linalg.randomized import _add_times, _TestMatrix
+    from lsd_dask.linalg.passes import _add_times
+    from lsd_dask.linalg.sketch import TestMatrix
 
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, width)).astype(np.float32)
-    rows = _TestMatrix(seed, kind).rows(3, 3 + width, l, np.float32)
+    rows = TestMatrix(seed, kind).rows(3, 3 + width, l, np.float32)
     dense = rows.toarray() if kind == "sparse" else rows
     base = rng.standard_normal((2, n, l)).astype(np.float32)
     start = base[1].copy()
@@ -621,11 +639,12 @@ def test_a_sketch_product_adds_x_times_omega_in_place(n, width, l, kind, seed):
 def test_a_sketch_product_without_scipys_kernel_takes_its_public_product(monkeypatch):
     """Where scipy has no ``csr_matvecs`` (a private name), or x is not in out's dtype,
     the sparse product is scipy's public one: the same sums."""
-    import lsd_dask.linalg.randomized as R
+    import lsd_dask.linalg.passes as R
+    from lsd_dask.linalg.sketch import TestMatrix
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal((600, 40)).astype(np.float32)
-    rows = R._TestMatrix(5).rows(0, 40, 20, np.float32)
+    rows = TestMatrix(5).rows(0, 40, 20, np.float32)
     with_kernel = R._add_times(np.zeros((600, 20), np.float32), x, rows)
     as_float64 = R._add_times(np.zeros((600, 20), np.float32), x.astype(np.float64), rows)
     monkeypatch.setattr(R, "_csr_matvecs", lambda: None)
@@ -642,7 +661,7 @@ def test_a_sketch_product_without_scipys_kernel_takes_its_public_product(monkeyp
 def test_equal_groups_cover_the_columns_once_in_runs_of_equal_width(widths, n_groups):
     """Every column in exactly one piece, in order; each piece inside one block; the runs
     of equal width (±1), at most ``n_groups`` of them."""
-    from lsd_dask.linalg.randomized import _equal_groups
+    from lsd_dask.linalg.block_passes import _equal_groups
 
     edges = np.cumsum([0, *widths]).tolist()
     bounds = list(zip(edges[:-1], edges[1:], strict=True))
@@ -666,7 +685,7 @@ def test_equal_groups_of_blocks_apart_cover_each_column_once(widths, gaps, n_gro
     """Blocks with columns between them (the blocks a sketch of part of X reads) are
     shared out the same way: each of their columns in exactly one piece, in order, inside
     its block, in runs of equal width (±1); none of the columns between them."""
-    from lsd_dask.linalg.randomized import _equal_groups
+    from lsd_dask.linalg.block_passes import _equal_groups
 
     bounds, a = [], 0
     for w, g in zip(widths, gaps, strict=False):
@@ -691,12 +710,12 @@ def test_equal_groups_of_blocks_apart_cover_each_column_once(widths, gaps, n_gro
 def test_a_sketch_of_part_of_x_takes_whole_blocks_until_it_has_the_columns(widths, columns, seed):
     """Whole blocks, in column order, drawn from the seed: enough of them for the columns
     asked (all when X has fewer), and no more than that draw's first few."""
-    from lsd_dask.linalg.randomized import _sketch_blocks
+    from lsd_dask.linalg.sketch import sketch_blocks
 
     X = _InMemoryBlocks(np.zeros((2, sum(widths))), (2, 1))
     cuts = np.cumsum([0, *widths]).tolist()
     X.block_bounds = list(zip(cuts[:-1], cuts[1:], strict=True))
-    keep = _sketch_blocks(X, columns, seed)
+    keep = sketch_blocks(X, columns, seed)
     assert list(keep) == sorted(keep) and set(keep) <= set(X.block_bounds)
     held = sum(b - a for a, b in keep)
     assert held >= min(columns, sum(widths))
@@ -705,7 +724,7 @@ def test_a_sketch_of_part_of_x_takes_whole_blocks_until_it_has_the_columns(width
     drawn = [X.block_bounds[j] for j in order[: len(keep)]]
     assert sorted(drawn) == list(keep)
     assert held - (drawn[-1][1] - drawn[-1][0]) < columns
-    assert _sketch_blocks(X, columns, seed) == keep
+    assert sketch_blocks(X, columns, seed) == keep
 
 
 def test_a_sketch_of_part_of_x_reads_only_its_blocks_at_the_same_accuracy():
@@ -754,23 +773,20 @@ def test_one_range_finder_for_every_kind_of_input(store, fuse, width, kind):
     kind): the same Bt = Xᵀ Q and the same basis, with fused or unfused power iterations
     (57-column blocks: groups of equal width cut some of them in two; there, a sketch of
     two 50-column ranges only, which the column-block source reads alone)."""
-    from lsd_dask.linalg.randomized import (
-        _BlockPasses,
-        _DaskPasses,
-        _NumpyPasses,
-        _TestMatrix,
-        range_finder,
-    )
+    from lsd_dask.linalg.block_passes import BlockPasses
+    from lsd_dask.linalg.passes import DaskPasses, NumpyPasses
+    from lsd_dask.linalg.randomized import range_finder
+    from lsd_dask.linalg.sketch import TestMatrix
 
     _, subs, _ = store
     X = np.concatenate([x for _, x in subs], axis=1).astype(np.float64)
     # a sketch of part of X (columns 50-100 and 150-200 only) where the blocks are cut
     keep = ((50, 100), (150, 200)) if width == 57 else None
-    l, omega = 8, _TestMatrix(11, kind, keep)
+    l, omega, here = 8, TestMatrix(11, kind, keep), SchedulerChoice()
     runs = {
-        "numpy": _NumpyPasses(X, l, omega),
-        "dask": _DaskPasses(da.from_array(X, chunks=(128, 50)), l, omega, True),
-        "blocks": _BlockPasses(_InMemoryBlocks(X, (128, width)), l, omega, np.float64, True),
+        "numpy": NumpyPasses(X, l, omega),
+        "dask": DaskPasses(da.from_array(X, chunks=(128, 50)), l, omega, True, here),
+        "blocks": BlockPasses(_InMemoryBlocks(X, (128, width)), l, omega, np.float64, True, here),
     }
     lines = []
     out = {name: range_finder(p, 2, fuse=fuse, progress=lines.append) for name, p in runs.items()}
@@ -883,7 +899,7 @@ def test_a_start_from_the_whole_replaces_the_sketch_for_a_part_of_it():
 def test_tsqr_against_scipy(dtype):
     import scipy.linalg as sla
 
-    from lsd_dask.linalg.randomized import tsqr
+    from lsd_dask.linalg.bases import tsqr
 
     rng = np.random.default_rng(3)
     Y = rng.standard_normal((500, 12)).astype(dtype)
@@ -911,20 +927,20 @@ def test_tsqr_against_scipy(dtype):
 @contextmanager
 def _counting_solves():
     """The rows of each ``Y R⁻¹`` solve tsqr makes in this process (local scheduler)."""
-    from lsd_dask.linalg import randomized
+    from lsd_dask.linalg import bases
 
     rows: list[int] = []
-    solve = randomized._times_r_inverse
+    solve = bases._times_r_inverse
 
     def counted(y, r):
         rows.append(y.shape[0])
         return solve(y, r)
 
-    randomized._times_r_inverse = counted
+    bases._times_r_inverse = counted
     try:
         yield rows
     finally:
-        randomized._times_r_inverse = solve
+        bases._times_r_inverse = solve
 
 
 @settings(max_examples=25, deadline=None)
@@ -937,7 +953,7 @@ def test_tsqr_basis_for_a_power_iteration_is_y_times_r_inverse(cond, dtype, seed
     """``exact=False``: Q = Y R⁻¹ with the R of Y's QR, so Q R = Y and Q's columns span
     Y's, orthonormal to about ε κ(Y) (checked densely in float64 against Y's condition
     number, set here up to 1e3)."""
-    from lsd_dask.linalg.randomized import tsqr
+    from lsd_dask.linalg.bases import tsqr
 
     rng = np.random.default_rng(seed)
     U = np.linalg.qr(rng.standard_normal((300, 20)))[0]
@@ -968,7 +984,7 @@ def test_the_row_basis_r_from_the_gram_is_the_qrs_up_to_signs(cond, m, seed, ord
     in float64; for a C- or an F-ordered z (the Gram is taken from either as it lies)."""
     import scipy.linalg as sla
 
-    from lsd_dask.linalg.randomized import _gram_r
+    from lsd_dask.linalg.bases import _gram_r
 
     rng = np.random.default_rng(seed)
     U = np.linalg.qr(rng.standard_normal((m, 20)))[0]
@@ -987,7 +1003,7 @@ def test_the_row_basis_r_of_a_rank_deficient_z_is_the_qrs():
     still finds the few directions there are."""
     import scipy.linalg as sla
 
-    from lsd_dask.linalg.randomized import _gram_r
+    from lsd_dask.linalg.bases import _gram_r
 
     rng = np.random.default_rng(0)
     z = rng.standard_normal((200, 3)) @ rng.standard_normal((3, 12))
@@ -1002,7 +1018,7 @@ def test_the_row_basis_r_of_a_rank_deficient_z_is_the_qrs():
 def test_tsqr_left_factored_forms_q_times_w_in_one_step(dtype):
     """``formed=False``: the basis's ``times(W)`` is the formed Q times W (Q applied to
     Q' W, Q never formed), ``times()`` is Q itself, and R is the formed call's."""
-    from lsd_dask.linalg.randomized import tsqr
+    from lsd_dask.linalg.bases import tsqr
 
     rng = np.random.default_rng(0)
     Y = rng.standard_normal((300, 12)).astype(dtype)
@@ -1021,7 +1037,7 @@ def test_tsqr_left_factored_forms_q_times_w_in_one_step(dtype):
 def test_tsqr_basis_of_a_rank_deficient_y_is_the_reflectors_q():
     """Where R's diagonal shows Y near singular, ``exact=False`` gives the orthonormal Q
     of the reflectors (Y R⁻¹ would blow up)."""
-    from lsd_dask.linalg.randomized import tsqr
+    from lsd_dask.linalg.bases import tsqr
 
     Y = np.random.default_rng(0).standard_normal((300, 12)).astype(np.float32)
     Y[:, 5] = Y[:, 0] + Y[:, 1]
@@ -1048,7 +1064,7 @@ def test_the_lu_basis_is_p_times_l_of_scipys_lu(n_extra, l, cond, dtype, order, 
     unit lower triangle in the pivot rows; for a C- or an F-ordered y."""
     import scipy.linalg as sla
 
-    from lsd_dask.linalg.randomized import _lu_basis
+    from lsd_dask.linalg.bases import _lu_basis
 
     rng = np.random.default_rng(seed)
     n = l + n_extra
@@ -1068,7 +1084,7 @@ def test_the_lu_basis_of_a_rank_deficient_y_is_none_and_the_svd_falls_back():
     """Where U's diagonal shows y near singular there is no LU basis (``L`` there is
     rounding); the numpy SVD's power iterations then take the QR's, and still find the
     few directions X has."""
-    from lsd_dask.linalg.randomized import _lu_basis
+    from lsd_dask.linalg.bases import _lu_basis
 
     rng = np.random.default_rng(0)
     y = rng.standard_normal((300, 12)).astype(np.float32)
@@ -1091,7 +1107,7 @@ def test_only_a_basis_that_starts_a_plain_power_pass_is_an_lu(
     row basis is made from (an LU basis's spread of scales would drop directions there).
     Its singular values and U are the all-QR run's to float32 rounding, and as close to
     the exact ones."""
-    from lsd_dask.linalg import randomized
+    from lsd_dask.linalg import passes
 
     rng = np.random.default_rng(3)
     lat = np.linalg.qr(rng.standard_normal((600, 60)))[0] * np.geomspace(50, 2, 60)
@@ -1099,12 +1115,12 @@ def test_only_a_basis_that_starts_a_plain_power_pass_is_an_lu(
         np.float32
     )
     calls = []
-    lu = randomized._lu_basis
-    monkeypatch.setattr(randomized, "_lu_basis", lambda y: calls.append(y.shape) or lu(y))
+    lu = passes._lu_basis
+    monkeypatch.setattr(passes, "_lu_basis", lambda y: calls.append(y.shape) or lu(y))
     kw = dict(n_power_iter=n_power_iter, final_pass=final_pass, random_state=0)
     U, s, _ = randomized_svd(X, 40, return_vt=False, **kw)
     assert len(calls) == lus
-    monkeypatch.setattr(randomized._NumpyPasses, "scaled_basis", randomized._NumpyPasses.basis)
+    monkeypatch.setattr(passes.NumpyPasses, "scaled_basis", passes.NumpyPasses.basis)
     Uq, sq, _ = randomized_svd(X, 40, return_vt=False, **kw)
     np.testing.assert_allclose(s, sq, rtol=1e-4)
     assert _min_cos(U, Uq) > 1 - 1e-4
@@ -1117,7 +1133,7 @@ def test_lu_basis_on_the_workers_is_the_numpy_ones():
     """``lu_basis`` on a real 2-process cluster: a one-row-block dask Y gives the basis
     ``_lu_basis`` gives here, bit for bit; a near-singular Y gives None; Y in two row
     blocks is refused."""
-    from lsd_dask.linalg.randomized import _lu_basis, lu_basis
+    from lsd_dask.linalg.bases import _lu_basis, lu_basis
 
     rng = np.random.default_rng(1)
     y = rng.standard_normal((400, 30)).astype(np.float32)
@@ -1125,10 +1141,10 @@ def test_lu_basis_on_the_workers_is_the_numpy_ones():
     bad[:, 7] = bad[:, 3]
     with _two_workers() as client:
         client.wait_for_workers(2)
-        B = lu_basis(da.from_array(y, chunks=(400, 30)))
+        B = lu_basis(da.from_array(y, chunks=(400, 30)), placement())
         assert B is not None
         np.testing.assert_array_equal(B.compute(), _lu_basis(y))
-        assert lu_basis(da.from_array(bad, chunks=(400, 30))) is None
+        assert lu_basis(da.from_array(bad, chunks=(400, 30)), placement()) is None
     with pytest.raises(ValueError, match="one row block, not 2"):
         lu_basis(da.from_array(y, chunks=(200, 30)))
 
@@ -1143,7 +1159,7 @@ def test_lu_basis_on_the_workers_is_the_numpy_ones():
 def test_tsqr_factors_any_tall_blocks(l, extra, dtype, seed):
     """Blocks of at least l rows, l on both sides of the reflectors' block size (128):
     Y = Q R with Q orthonormal and R upper triangular, checked densely in float64."""
-    from lsd_dask.linalg.randomized import tsqr
+    from lsd_dask.linalg.bases import tsqr
 
     rows = tuple(l + e for e in extra)
     Y = np.random.default_rng(seed).standard_normal((sum(rows), l)).astype(dtype)
@@ -1167,7 +1183,7 @@ def test_tsqr_factors_any_tall_blocks(l, extra, dtype, seed):
 def test_add_product_adds_x_times_w_into_the_buffer_itself(n, t, l, dtype, fortran_x, seed):
     """``acc += x @ w`` in place, whatever the operands' order (an F-ordered x takes the
     numpy path), equal to numpy's product and sum."""
-    from lsd_dask.linalg.randomized import _add_product
+    from lsd_dask.linalg.block_passes import _add_product
 
     rng = np.random.default_rng(seed)
     acc = rng.standard_normal((n, l)).astype(dtype)
@@ -1186,7 +1202,7 @@ def test_add_product_holds_no_product_sized_buffer():
     allocation is far below one n × l array (``acc += x @ w`` holds a whole one)."""
     import tracemalloc
 
-    from lsd_dask.linalg.randomized import _add_product
+    from lsd_dask.linalg.block_passes import _add_product
 
     rng = np.random.default_rng(0)
     acc = rng.standard_normal((4000, 300)).astype(np.float32)
@@ -1211,7 +1227,7 @@ def test_read_ahead_gives_each_block_in_order_and_never_writes_one_in_use(store,
     finish, and two blocks in a row never share memory (the reader fills the other)."""
     import time
 
-    from lsd_dask.linalg.randomized import _read_ahead
+    from lsd_dask.linalg.block_passes import _read_ahead
 
     p, subs, _ = store
     X = np.concatenate([x for _, x in subs], axis=1)
@@ -1232,7 +1248,7 @@ def test_read_ahead_gives_each_block_in_order_and_never_writes_one_in_use(store,
 def test_a_read_ahead_error_reaches_the_task_naming_the_file(tmp_path):
     """A block the second thread fails to read (a damaged shard) raises in the caller with
     the reader's message, at the block it belongs to."""
-    from lsd_dask.linalg.randomized import _read_ahead
+    from lsd_dask.linalg.block_passes import _read_ahead
 
     subs = _low_rank(n=64, t=10, s=3, r=3)
     p = write_split(tmp_path / "split.zarr", subs, n_vertices=64, timepoints=10)

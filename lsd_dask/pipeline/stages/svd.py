@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from distributed import KilledWorker
 
-from ...distributed import active_client, worker_threads
+from ...distributed import active_client, placement, worker_threads
 from ...io.zarr_store import open_split, verify_split
 from ...linalg import randomized_svd, streaming_svd
 from ...linalg.randomized import svd_task_bytes
@@ -198,7 +198,7 @@ def group_svd(
         random_state=random_state,
         return_vt=False,  # a run keeps U and s only
         progress=progress,
-        workers=workers,
+        placement=placement(workers),
     )
     return U, s
 
@@ -228,6 +228,7 @@ def half_svd(
     U, s, _ = randomized_svd(
         half, rank, n_power_iter=1, final_pass=False, start=start[:, :rank],
         random_state=random_state, return_vt=False, progress=progress,
+        placement=placement(),
     )  # fmt: skip
     return U, s
 
