@@ -15,6 +15,7 @@ meshes themselves when they already are spheres.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ def spin_indices(
     spheres: dict[str, np.ndarray],
     n_repeats: int,
     *,
-    random_state: RandomState = None,
+    random_state: RandomState | Sequence[int] = None,
     at: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Vertex maps of ``n_repeats`` random spins: ``labels[index]`` is the spun map.
@@ -41,7 +42,7 @@ def spin_indices(
     spheres : {"left": (n_left, 3), "right": (n_right, 3)}
         Sphere coordinates of each hemisphere's vertices (centred at the origin).
     n_repeats : int
-    random_state : int, Generator or None
+    random_state : int, sequence of int, Generator or None
     at : ndarray of int, optional
         Only these vertices (left-then-right order) are mapped: the same rotations, so
         ``spin_indices(..., at=v)[i]`` is ``spin_indices(...)[i][v]`` at a fraction of

@@ -20,7 +20,7 @@ __all__ = ["MAX_BYTES", "read_settings"]
 MAX_BYTES = 16 * 2**20
 
 
-class _NoAliasLoader(yaml.SafeLoader):
+class _NoAliasLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types
     """``SafeLoader`` that refuses aliases (``*name``)."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:

@@ -144,7 +144,8 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
 def vertex_counts(files: SubjectFiles) -> list[int]:
     """Vertices per hemisphere of a subject's files, from their headers only (a truncated
     uncompressed file fails here, before anything reads its data)."""
-    return READERS[files.kind].vertex_counts(files)
+    counts: list[int] = READERS[files.kind].vertex_counts(files)
+    return counts
 
 
 def release_cache(files: SubjectFiles) -> int:
@@ -188,7 +189,8 @@ def subject_t_r(files: SubjectFiles) -> float | None:
     ``TimeStep`` metadata of the first data array (milliseconds, FreeSurfer's convention).
     MGH: the header's ``tr`` (milliseconds; 0 means unknown). Zarr: a ``t_r`` attribute.
     """
-    return READERS[files.kind].t_r(files)
+    tr: float | None = READERS[files.kind].t_r(files)
+    return tr
 
 
 def read_hemisphere(path: Path) -> np.ndarray:
@@ -209,7 +211,7 @@ def read_zarr_subject(path: Path) -> tuple[np.ndarray, list[int]]:
     import zarr
 
     arr = zarr.open_array(str(path), mode="r")
-    sizes = arr.attrs.get("hemisphere_sizes")
+    sizes: Any = arr.attrs.get("hemisphere_sizes")
     if arr.ndim != 2 or not sizes or int(sum(sizes)) != arr.shape[0]:
         raise ValueError(
             f"{path}: expected a 2-D (n_vertices, T) array whose 'hemisphere_sizes' attribute "
@@ -275,7 +277,7 @@ def label_table(
     """
     rng = np.random.default_rng(seed)
     r0, g0, b0 = (0.0, 0.0, 0.0) if colours is None else (float(v) for v in colours[0][:3])
-    table = {0: ("Background", (r0, g0, b0, 0.0))}
+    table: dict[int, tuple[str, tuple[float, ...]]] = {0: ("Background", (r0, g0, b0, 0.0))}
     for i in range(1, n_labels + 1):
         if colours is not None:
             r, g, b = (float(v) for v in np.asarray(colours)[i][:3])
@@ -464,7 +466,7 @@ def _surface_models(
     return made
 
 
-class _SizedMatrix(cifti2.Cifti2Matrix):  # type: ignore[misc,name-defined]
+class _SizedMatrix(cifti2.Cifti2Matrix):  # type: ignore[misc]
     """A CIFTI matrix that knows its data shape: nibabel otherwise rebuilds every index
     map's axis to find it, the brain models' vertex by vertex, once when the image is made
     and once when it is saved."""
@@ -760,21 +762,22 @@ def _mgh_t_r(files: SubjectFiles) -> float | None:
 def _zarr_counts(files: SubjectFiles) -> list[int]:
     import zarr
 
-    sizes = zarr.open_array(str(files.paths[0]), mode="r").attrs.get("hemisphere_sizes") or []
+    sizes: Any = zarr.open_array(str(files.paths[0]), mode="r").attrs.get("hemisphere_sizes")
+    sizes = sizes or []
     return [int(n) for n in sizes]
 
 
 def _zarr_t_r(files: SubjectFiles) -> float | None:
     import zarr
 
-    tr = zarr.open_array(str(files.paths[0]), mode="r").attrs.get("t_r")
+    tr: Any = zarr.open_array(str(files.paths[0]), mode="r").attrs.get("t_r")
     return float(tr) if tr else None
 
 
 def _check_payload(img: Any, path: Any) -> None:
     """An uncompressed image shorter than its header promises is truncated: say so from the
     header, before the mask stage reads the data."""
-    proxy = getattr(img, "dataobj", None)
+    proxy: Any = getattr(img, "dataobj", None)
     offset = getattr(proxy, "offset", None)
     if offset is None or str(path).lower().endswith((".gz", ".mgz")):
         return

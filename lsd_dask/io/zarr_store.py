@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
@@ -138,8 +138,9 @@ class ColumnBlocks:
         return (int(n), int(sum(b - a for a, b in self._spans)))
 
     @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(self.arrays[0].dtype)
+    def dtype(self) -> np.dtype[Any]:
+        dtype: np.dtype[Any] = np.dtype(self.arrays[0].dtype)
+        return dtype
 
     @property
     def ndim(self) -> int:
@@ -599,7 +600,7 @@ def _lazy(
     blocks = [da.from_zarr(a) for a in arrays]
     if spans is not None:
         blocks = [b[:, s0:s1] for b, (s0, s1) in zip(blocks, spans, strict=True)]
-    data = da.concatenate(blocks, axis=1)
+    data: da.Array = da.concatenate(blocks, axis=1)
     return data if rows is None else data[rows]
 
 
@@ -608,7 +609,11 @@ def _parent(path: str | os.PathLike[str], storage_options: dict[str, Any] | None
     return Folder(os.path.dirname(os.fspath(path)) or ".", storage_options)
 
 
-def _open_group(path: str, storage_options: dict[str, Any] | None, mode: str = "r") -> Any:
+def _open_group(
+    path: str,
+    storage_options: dict[str, Any] | None,
+    mode: Literal["r", "r+", "a", "w", "w-"] = "r",
+) -> Any:
     if is_local(path):
         return zarr.open_group(path, mode=mode, zarr_format=3 if mode == "w" else None)
     return zarr.open_group(

@@ -7,11 +7,12 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from ..._logging import Log, get_log
 
-__all__ = ["LOG_FILE", "Log", "bar", "get_log", "log_file"]
+__all__ = ["LOG_FILE", "Log", "bar", "get_log", "log_file", "prefixed"]
 
 #: the run's log file in the output folder (appended to by every run into it)
 LOG_FILE = "lsd-dask.log"
@@ -21,6 +22,12 @@ def bar(i: int, n: int, width: int = 20) -> str:
     """A text progress bar, ``[#####.....] 3/6``, one line per step (works in logs too)."""
     done = int(round(width * i / max(n, 1)))
     return f"[{'#' * done}{'.' * (width - done)}] {i}/{n}"
+
+
+def prefixed(log: Log, prefix: str) -> Log:
+    """``log`` with every line under ``prefix`` (a progress callback's lines, e.g. a half
+    SVD's passes under ``[blur] split1 half 1``)."""
+    return partial(_prefixed, log, prefix)
 
 
 @contextmanager
@@ -46,3 +53,7 @@ def log_file(output: str | os.PathLike[str], log: Log, header: str) -> Iterator[
             # the file says how the run ended; the console shows the error itself
             to_file(f"[failed] {type(err).__name__}: {' '.join(str(err).split())}")
             raise
+
+
+def _prefixed(log: Log, prefix: str, line: str) -> None:
+    log(f"{prefix} {line}")

@@ -65,8 +65,8 @@ def _by_split(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    import dask
-    import distributed
+    from importlib.metadata import version
+
     import nibabel
     import scipy
     import sklearn
@@ -77,8 +77,8 @@ def _versions() -> dict[str, str]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "scipy": scipy.__version__,
-        "dask": dask.__version__,
-        "distributed": distributed.__version__,
+        "dask": version("dask"),
+        "distributed": version("distributed"),
         "zarr": zarr.__version__,
         "nibabel": nibabel.__version__,
         "scikit-learn": sklearn.__version__,

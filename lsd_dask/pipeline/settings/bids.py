@@ -95,6 +95,7 @@ def bids_subjects(settings: BidsSettings) -> tuple[list[SubjectFiles], dict[str,
                 [participant, *(f"{k}-{r.entities[k]}" for k in varying if k in r.entities)]
             )
             keys = ("cifti",) if r.kind == "cifti" else ("left", "right")
-            subjects.append(SubjectFiles.from_keys(sid, **dict(zip(keys, r.paths, strict=True))))
+            given: dict[str, Any] = dict(zip(keys, r.paths, strict=True))
+            subjects.append(SubjectFiles.from_keys(sid, **given))
             participants[sid] = participant
     return subjects, participants

@@ -217,7 +217,8 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     if not isinstance(ks, list | tuple) or not ks:
         raise ValueError(f"ks: a list of cluster counts, got {ks!r}.")
     bids = BidsSettings.from_mapping(raw["bids"], base) if raw.get("bids") else None
-    subjects, participants = files.subjects(raw, base), {}
+    subjects = files.subjects(raw, base)
+    participants: dict[str, str] = {}
     if bids is not None:
         found, participants = bids_subjects(bids)
         subjects += found

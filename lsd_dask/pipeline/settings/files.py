@@ -172,8 +172,9 @@ def subjects(raw: dict[str, Any], base: Path) -> list[SubjectFiles]:
             raise ValueError(f"globs: {keys[0]} needs {', '.join(missing)} as well.")
         for m in sorted(glob.glob(str(resolve(globs[keys[0]], base)))):
             stem = Path(m).name.split(".")[0]
-            others = {k: _match_stem(stem, str(resolve(globs[k], base)), k) for k in keys[1:]}
-            out.append(SubjectFiles.from_keys(stem, **{keys[0]: Path(m)}, **others))
+            given: dict[str, Any] = {keys[0]: Path(m)}
+            given.update({k: _match_stem(stem, str(resolve(globs[k], base)), k) for k in keys[1:]})
+            out.append(SubjectFiles.from_keys(stem, **given))
     return out
 
 

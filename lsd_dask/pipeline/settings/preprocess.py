@@ -66,11 +66,11 @@ class PreprocessSettings:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def confound_path(self, subject: str) -> Path | None:
-        """The subject's confounds file; an id that would lead the template out of its
-        folder (a separator, or a leading ".") is refused."""
+    def confound_path(self, subject: str) -> Path:
+        """The subject's confounds file (``confounds`` must be set); an id that would lead
+        the template out of its folder (a separator, or a leading ".") is refused."""
         if self.confounds is None:
-            return None
+            raise ValueError("preprocess.confounds is not set: no subject has a confounds file.")
         if "/" in subject or "\\" in subject or subject.startswith("."):
             raise ValueError(
                 f"subject {subject!r}: an id with a path separator or a leading '.' cannot "

@@ -221,7 +221,7 @@ def _field_default(f: Field[Any]) -> Any:
 def _flow(value: Any) -> str:
     if hasattr(value, "to_dict"):
         value = value.to_dict()
-    text = yaml.safe_dump(value, default_flow_style=True, width=10**6, allow_unicode=True)
+    text: str = yaml.safe_dump(value, default_flow_style=True, width=10**6, allow_unicode=True)
     return text.strip().removesuffix("...").strip()
 
 

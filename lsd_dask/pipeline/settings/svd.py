@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ...linalg.randomized import TEST_MATRICES
+from ...linalg.sketch import TEST_MATRICES
 from . import files
 
 __all__ = ["HALVES_STARTS", "SvdSettings"]

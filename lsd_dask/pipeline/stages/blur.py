@@ -32,6 +32,7 @@ from ...io.zarr_store import open_split
 from ...selection import EARLY_STOP, GRID_MM, choose_feature_blur
 from ..engine.context import RunContext
 from ..engine.contract import Unit
+from ..engine.log import prefixed
 from ..engine.placement import features_on_workers
 from ..engine.workdir import mesh_digest
 from .svd import half_rank, half_svd, svd_features
@@ -105,7 +106,7 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
     st = open_split(wd.store(split), storage_options=wd.folder.storage_options)
     client = active_client()
     start = wd.load_npy(wd.u(split)) if cfg.svd.blur_halves_start == "split" else None
-    features = []
+    features: list[Any] = []
     remote = False
     for i, half in enumerate(st.column_blocks.halves(), 1):
         n, m = half.shape
@@ -116,18 +117,18 @@ def _choose(ctx: RunContext, split: str, V: np.ndarray, A: sp.csr_matrix) -> dic
         log(f"[blur] {split} half {i} of 2: rank {rank} of {n} x {m}")
         U, s = half_svd(
             half, cfg.svd, cfg.random_state, start,
-            progress=lambda line, i=i: log(f"[blur] {split} half {i} {line}"),
+            progress=prefixed(log, f"[blur] {split} half {i}"),
         )  # fmt: skip
         F = svd_features(U, s)
-        if remote and isinstance(F, da.Array):
+        if remote and client is not None and isinstance(F, da.Array):
             features.append(client.compute(F))
         else:
             features.append(np.asarray(F.compute() if isinstance(F, da.Array) else F))
-    if remote:
+    if remote and client is not None:
         workers = len(client.nthreads())
         log(f"[blur] {split}: each blur and direction scored as a task on {workers} workers")
     choice = choose_feature_blur(
-        *features, V, A, k,
+        features[0], features[1], V, A, k,
         random_state=cfg.random_state,
         progress=lambda line: log(f"[blur] {split} K={k} {line}"),
         client=client if remote else None,

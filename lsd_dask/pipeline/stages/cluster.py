@@ -325,7 +325,8 @@ def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) 
 def _task_features(root: str, storage_options: Any, split: str, kind: str) -> np.ndarray:
     """A split's features in this worker's memory (it reads the shared work folder)."""
     wd = WorkDir(root, lambda line: None, storage_options)
-    return _features(wd, split, kind, in_memory=True)
+    F: np.ndarray = _features(wd, split, kind, in_memory=True)
+    return F
 
 
 def _features(wd: WorkDir, split: str, kind: str = "us", *, in_memory: bool = False) -> Any:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -222,7 +222,7 @@ def _ingest_key(
 
 def _run(
     cfg: PipelineConfig,
-    jobs: list[tuple[Any, tuple[SplitWriter, int] | None]],
+    jobs: Sequence[tuple[Any, tuple[SplitWriter, int] | None]],
     sizes: list[int],
     kept: np.ndarray | None,
     smoothing: tuple[int, Any] | None,

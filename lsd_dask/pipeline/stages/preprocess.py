@@ -83,7 +83,8 @@ def read_confounds(
     if values.isna().all().any():
         bad = [c for c in columns if values[c].isna().all()]
         raise ValueError(f"subject {subject}: {path}: column(s) {bad} hold no numbers.")
-    return values.fillna(values.mean()).to_numpy(np.float64)
+    out: np.ndarray = values.fillna(values.mean()).to_numpy(np.float64)
+    return out
 
 
 #: vertices per call of nilearn's ``signal.clean`` (16 MB of float64 at 1,000 time points)

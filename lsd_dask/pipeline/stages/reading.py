@@ -182,7 +182,7 @@ def _aborted(name: str | None) -> bool:
         return False
     from distributed import Event
 
-    return Event(name).is_set()
+    return bool(Event(name).is_set())
 
 
 def check_flat(stats: dict[str, dict[str, Any]], kept: np.ndarray) -> None:

@@ -38,6 +38,7 @@ from ...cluster._init import shared_starts
 from ...io.zarr_store import open_split
 from ..engine.context import RunContext
 from ..engine.contract import Unit
+from ..engine.log import prefixed
 from ..settings.methods import MethodSpec
 from .blur import chosen_blurs
 from .cluster import estimator_key, fit_labels
@@ -169,7 +170,7 @@ def _half_svds(ctx: RunContext, split: str) -> dict[str, tuple[np.ndarray, np.nd
         log(f"[evaluate_halves] {split} half {i} of 2: SVD of {half.shape[0]} x {half.shape[1]}")
         U, s = group_svd(
             half, cfg.svd, cfg.random_state,
-            progress=lambda line, i=i: log(f"[evaluate_halves] {split} half {i} {line}"),
+            progress=prefixed(log, f"[evaluate_halves] {split} half {i}"),
         )  # fmt: skip
         U = U.compute() if hasattr(U, "compute") else U
         out[f"half{i}"] = (np.asarray(U, np.float32), np.asarray(s, np.float64))
