@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dask.array as da
 import numpy as np
+import psutil
 import pytest
 
 from lsd_dask.cluster import DirectionalClustering, HierarchicalLSD, SphericalKMeans
@@ -116,17 +117,41 @@ def test_a_scheduler_without_workers_fails_in_one_line(tmp_path):
         empty.close()
 
 
-def test_cluster_configs_parse():
+def test_cluster_configs_parse_into_the_clusters_they_name():
+    """Each shipped config is accepted, and its settings reach the cluster as configured:
+    LocalCluster takes every local key; the SLURM and PBS job scripts dask-jobqueue writes
+    from the configs ask for their cores, threads, worker processes and time limit."""
+    import inspect
+
+    from dask_jobqueue.pbs import PBSJob
+    from dask_jobqueue.slurm import SLURMJob
+    from distributed import LocalCluster, Nanny
+
+    from lsd_dask.distributed import _underscored
+
     root = Path(__file__).resolve().parents[1] / "cluster_configs"
-    for name, kind in [
-        ("local", "local"),
-        ("remote", "remote"),
-        ("slurm", "slurm"),
-        ("pbs", "pbs"),
-        ("slurm_runner", "slurm-runner"),
-    ]:
-        cfg = load_cluster_config(root / f"{name}.yaml")
-        assert cfg["type"] == kind
+    kinds = {n: load_cluster_config(root / f"{n}.yaml")["type"] for n in
+             ("local", "remote", "slurm", "pbs", "slurm_runner")}  # fmt: skip
+    assert kinds == {"local": "local", "remote": "remote", "slurm": "slurm", "pbs": "pbs",
+                     "slurm_runner": "slurm-runner"}  # fmt: skip
+    local = load_cluster_config(root / "local.yaml")["local"]
+    # LocalCluster's own arguments, and those it passes to each worker's nanny
+    accepted = set(inspect.signature(LocalCluster).parameters) | set(
+        inspect.signature(Nanny).parameters
+    )
+    assert set(_underscored(local)) <= accepted
+    for name, job in (("slurm", SLURMJob), ("pbs", PBSJob)):
+        section = _underscored(load_cluster_config(root / f"{name}.yaml")[name])
+        # the run's own keys, and the cluster's (not a job's) options
+        for key in ("n_workers", "timeout", "scheduler_options", "shared_temp_directory"):
+            section.pop(key, None)
+        script = job(scheduler="tcp://127.0.0.1:8786", **section).job_script()
+        threads = section["cores"] // section["processes"]
+        assert f"--nthreads {threads} " in script
+        assert f"--nworkers {section['processes']} " in script
+        assert section["walltime"] in script
+        assert (f"--cpus-per-task={section['cores']}" if name == "slurm"
+                else f"ncpus={section['cores']}") in script  # fmt: skip
     with pytest.raises(FileNotFoundError):
         load_cluster_config(root / "nope.yaml")
 
@@ -185,8 +210,22 @@ def test_local_config_starts_and_closes_cluster():
     cfg["local"]["dashboard_address"] = ":0"
     with connect(cfg, log=None) as client:
         assert len(client.scheduler_info()["workers"]) == 2
-        cluster = client._owned_cluster
+        cluster = client.cluster
+        pids = list(client.run(os.getpid).values())
     assert cluster.status.name in ("closed", "closing")
+    # the worker processes are gone with the client
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process runs (an exited child not yet reaped counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 class _SlowToClose:

@@ -103,10 +103,18 @@ def test_figures_are_written(tmp_path):
     img = mpimg.imread(out)
     assert img.shape[0] > 400 and img.shape[1] > 1000
     assert np.unique(img.reshape(-1, img.shape[2]), axis=0).shape[0] > 20  # not blank
-    scores = [
-        {"method": m, "k": k, "dice": 0.5, "null_dice_mean": 0.3, "null_dice_sd": 0.02}
-        for m in ("x", "y")
-        for k in (5, 10)
-    ]
-    assert plot_dice_vs_k(scores, tmp_path / "d.png").stat().st_size > 1000
+
+    def dice_figure(dice_y, name):
+        scores = [
+            {"method": m, "k": k, "dice": d, "null_dice_mean": 0.3, "null_dice_sd": 0.02}
+            for m, d in (("x", 0.5), ("y", dice_y))
+            for k in (5, 10)
+        ]
+        return mpimg.imread(plot_dice_vs_k(scores, tmp_path / name))
+
+    same, moved = dice_figure(0.5, "d.png"), dice_figure(0.9, "e.png")
+    assert np.unique(same.reshape(-1, same.shape[2]), axis=0).shape[0] > 20  # not blank
+    # the figure draws its data: a method's Dice moved moves its line
+    assert same.shape == moved.shape and not np.array_equal(same, moved)
+    assert np.array_equal(same, dice_figure(0.5, "f.png"))
     assert n == lab.size

@@ -43,7 +43,7 @@ def test_directional_on_slurm_workers(slurm, tmp_path, monkeypatch):
     local = DirectionalClustering(10, random_state=0).fit(X).labels_
     cfg = load_cluster_config(CONFIG)
     with connect(cfg, log=None) as client:
-        cluster = client._owned_cluster
+        cluster = client.cluster
         script = cluster.job_script()
         assert "#SBATCH" in script and "--host 127.0.0.1" in script
         client.wait_for_workers(2, timeout=120)

@@ -8,8 +8,7 @@ from lsd_dask import metrics
 from lsd_dask.cluster import LSD, HierarchicalLSD
 from lsd_dask.cluster.lsd import lsd_scale, rotate_simplex, solve_lsd
 from lsd_dask.datasets import brain_grid, lsdable_similarity
-from lsd_dask.linalg.rotations import rotate_givens
-from lsd_dask.similarity import SimilarityFactor, SimilarityOperator, similarity_operator
+from lsd_dask.similarity import SimilarityFactor, SimilarityOperator
 
 
 def _match(P, P_true):
@@ -51,24 +50,41 @@ def test_lsdable_from_features_equals_precomputed(k):
     assert res.objective == pytest.approx(a.objective_, abs=1e-8 * np.sum(d.K**2))
 
 
-def test_rotate_simplex_never_increases_J(rng):
-    # a non-LSDable input: noisy points on the simplex plane
-    X, lab, _ = brain_grid(snr_db=-3, n_features=20, n_regions=6, shape=(16, 16), random_state=1)
-    for k in (3, 5, 6):
-        op = similarity_operator(X, "shifted_cosine", gamma=None, n_landmarks=10, rng=rng)
-        w, V = op.eigenpairs(k, rng)
-        c = lsd_scale(w, V.sum(axis=0))
-        M = V * np.sqrt(c * w)
-        m = np.linalg.solve(M.T @ M, M.sum(axis=0))
-        R_s = rotate_givens(m, np.ones(k))
-        Q = M @ ((np.eye(k) - np.outer(m, m) / (m @ m)) @ R_s.T) + (R_s @ m) / (
-            np.sqrt(k) * np.linalg.norm(m)
-        )
-        np.testing.assert_allclose(Q.sum(axis=1), 1.0, atol=1e-9)  # on the simplex plane
-        hist: list[float] = []
-        rotate_simplex(Q, max_iter=60, tol=0, history=hist)
-        assert len(hist) > 2
-        assert np.all(np.diff(hist) <= 1e-12 * max(hist[0], 1.0))
+def _distance_to_simplex(Y):
+    """``||Y - (Y)_Δ||_F^2`` with each row's Euclidean projection onto the probability
+    simplex by sorting (Duchi et al. 2008), written here as the reference."""
+    u = -np.sort(-Y, axis=1)
+    css = np.cumsum(u, axis=1) - 1.0
+    idx = np.arange(1, Y.shape[1] + 1)
+    rho = (u - css / idx > 0).sum(axis=1)
+    theta = css[np.arange(Y.shape[0]), rho - 1] / rho
+    return float(np.sum((Y - np.maximum(Y - theta[:, None], 0.0)) ** 2))
+
+
+@pytest.mark.parametrize("k", [3, 5, 6])
+def test_rotate_simplex_never_increases_J(rng, k):
+    """Points of the simplex turned by a random rotation about its axis u, so that many
+    lie outside it: J, recomputed here from the rows and the rotation, starts at the
+    solver's first value and never increases; the returned rotation fixes u, ends at the
+    last value reported, and brings the rows most of the way back into the simplex."""
+    from scipy.stats import special_ortho_group
+
+    P = rng.dirichlet(np.full(k, 0.3), size=300)
+    u = np.ones(k) / np.sqrt(k)
+    B = np.linalg.svd(np.eye(k) - np.outer(u, u))[0][:, : k - 1]  # the plane's basis
+    turn = np.outer(u, u) + B @ special_ortho_group.rvs(k - 1, random_state=k) @ B.T
+    Q = P @ turn.T
+    np.testing.assert_allclose(Q.sum(axis=1), 1.0, atol=1e-12)
+    hist: list[float] = []
+    R, n_iter = rotate_simplex(Q, max_iter=60, tol=0, history=hist)
+    assert n_iter > 2 and len(hist) == n_iter + 1
+    np.testing.assert_allclose(hist[0], _distance_to_simplex(Q), rtol=1e-9)
+    assert np.all(np.diff(hist) <= 1e-12 * hist[0])
+    np.testing.assert_allclose(R @ R.T, np.eye(k), atol=1e-10)
+    np.testing.assert_allclose(R @ u, u, atol=1e-10)
+    final = _distance_to_simplex(Q @ R.T)
+    np.testing.assert_allclose(final, hist[-1], rtol=1e-9)
+    assert final < 1e-3 * hist[0]
 
 
 def test_objective_from_features_equals_dense(rng):
@@ -153,15 +169,41 @@ def test_hierarchical_concurrent_equals_sequential(similarity):
     assert len(seq.tree_) == 11 and seq.n_clusters_ == 12
 
 
-def test_hierarchical_greedy_order_and_dask():
+def test_hierarchical_splits_the_least_similar_leaf_first_and_dask_agrees():
+    """Arora et al. 3.3: each step splits the current leaf of lowest average similarity
+    ``w(C) = 2 / (n (n + 1)) * sum_{i <= j in C} K_ij`` (K the cosine similarities),
+    recomputed here from the leaves' rows with numpy; a dask X gives the same tree."""
     X, lab, _ = brain_grid(snr_db=0, n_features=25, n_regions=6, shape=(20, 20), random_state=5)
     h = HierarchicalLSD(6).fit(X)
-    # each split takes the leaf of lowest average similarity among the leaves at that time
-    F = X / np.linalg.norm(X, axis=1, keepdims=True)
-    assert h.tree_[0].parent == 0 and h.tree_[0].size == X.shape[0]
     assert metrics.nmi(h.labels_, lab) > 0.5
-    expected = metrics.average_leaf_similarity(h.leaf_labels_, features=F)
-    np.testing.assert_allclose(h.leaf_similarity_, expected)
+    F = X / np.linalg.norm(X, axis=1, keepdims=True)
+    children = {s.parent: s.children for s in h.tree_}
+    # the final leaves, numbered in the order they were created
+    final = sorted({c for s in h.tree_ for c in s.children} - set(children))
+
+    def rows(node):
+        if node in children:
+            return np.concatenate([rows(c) for c in children[node]])
+        return np.flatnonzero(h.leaf_labels_ == final.index(node))
+
+    def w(idx):
+        K = F[idx] @ F[idx].T
+        return np.triu(K).sum() * 2 / (len(idx) * (len(idx) + 1))
+
+    leaves, chosen, oldest = {0}, [], []
+    for split in h.tree_:
+        ws = {node: w(rows(node)) for node in leaves}
+        chosen.append(min(ws, key=ws.get))
+        oldest.append(min(leaves))
+        assert split.size == rows(split.parent).size
+        np.testing.assert_allclose(split.similarity, ws[split.parent], rtol=1e-9)
+        leaves = (leaves - {split.parent}) | set(split.children)
+    assert [s.parent for s in h.tree_] == chosen
+    # the data tell the greedy order from splitting the oldest leaf first
+    assert chosen != oldest
+    np.testing.assert_allclose(
+        h.leaf_similarity_, [w(rows(node)) for node in final], rtol=1e-9
+    )
     hd = HierarchicalLSD(6).fit(da.from_array(X, chunks=(100, 25)))
     assert type(hd.labels_) is np.ndarray and type(hd.leaf_labels_) is np.ndarray
     np.testing.assert_array_equal(hd.leaf_labels_, h.leaf_labels_)

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
+from lsd_dask.cluster import SPATIAL_OPTIONS, MeshParcellation
 from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.pipeline import load_config, run_pipeline
 from lsd_dask.testing.bids_validator import bids_validator_errors
@@ -65,22 +67,22 @@ def test_the_spatial_comparison_pipeline_is_ready_to_run(tmp_path):
         pytest.skip("brainspace is not installed (pip install brainspace).")
     from lsd_dask.pipeline import preflight
 
-    cfg = load_config(PIPELINE.with_name("brainspace_spatial.yaml"), output=str(tmp_path))
-    names = [
-        (
-            m.name,
-            m.method,
-            *(m.options[o] for o in ("feature_smoothing_mm", "spatial_weight", "oversegment")),
-        )
-        for m in cfg.methods
+    path = PIPELINE.with_name("brainspace_spatial.yaml")
+    cfg = load_config(path, output=str(tmp_path))
+    raw = yaml.safe_load(path.read_text())
+    # every variant as the file gives it, each option it sets on the estimator the run
+    # fits (``auto`` resolved to a split's chosen blur), the others at their defaults
+    defaults = MeshParcellation(None).get_params(deep=False)
+    assert [m.name for m in cfg.methods] == [
+        e if isinstance(e, str) else e["name"] for e in raw["methods"]
     ]
-    assert names == [
-        ("ward", "ward", 0.0, 0.0, 1.0),
-        ("directional", "directional", 0.0, 0.0, 1.0),
-        ("directional_spatial", "directional", 20.0, 2.0, 1.0),
-        ("directional_merged", "directional", 0.0, 2.0, 2.0),
-        ("directional_merged_auto", "directional", "auto", 2.0, 2.0),
-    ]
+    for spec, entry in zip(cfg.methods, raw["methods"], strict=True):
+        given = {} if isinstance(entry, str) else entry
+        assert spec.method == given.get("method", spec.name)
+        est = spec.estimator(50, 0, blur_mm=20.0).get_params(deep=False)
+        for option in SPATIAL_OPTIONS:
+            want = given.get(option, defaults[option])
+            assert est[option] == (20.0 if want == "auto" else want), (spec.name, option)
     assert cfg.ks == [50, 100, 200] and cfg.svd.rank >= 200
     meshes, sizes = preflight(cfg)
     assert sizes == [10242, 10242]

@@ -186,8 +186,13 @@ def test_sidecar_and_report_explain_themselves(run):
     meta = json.loads(side.read_text())
     assert meta["Method"] == "spherical_kmeans" and meta["NumberOfClusters"] == 5
     assert meta["Split"] == "split2" and "LabelsMatchedTo" in meta
-    assert 0 <= meta["SplitHalfScores"]["dice"] <= 1
     report = json.loads((out / "report.json").read_text())
+    # the sidecar's scores are the report's row for its method and K, key for key
+    [row] = [r for r in report["scores"] if (r["method"], r["k"]) == ("spherical_kmeans", 5)]
+    scores = meta["SplitHalfScores"]
+    assert set(scores) >= {"dice", "nmi", "null_dice_mean", "null_dice_sd"}
+    assert scores == {key: row[key] for key in scores}
+    assert scores["dice"] > scores["null_dice_mean"]  # planted parcels beat the null
     assert report["command_line"].startswith("lsd-dask run ")
     subjects = report["config"]["subjects"]
     assert all(not Path(s["cifti"]).is_absolute() for s in subjects)
@@ -276,27 +281,40 @@ def test_report_html_holds_the_figures_and_the_table(run):
 
 
 def test_figures_use_a_given_inflated_surface(tmp_path, study):
+    """A run's ``display_mesh`` files are what its figures are drawn on: the figure of the
+    same labels on the meshes the config names differs from the figure on the data's own
+    meshes (the shading is the data mesh's either way, so only the geometry differs)."""
+    import matplotlib.image as mpimg
+
+    from lsd_dask.io.surface_files import load_mesh
     from lsd_dask.pipeline import load_config, preflight, write_study
-    from lsd_dask.plotting import display_surfaces
+    from lsd_dask.plotting import plot_parcellations
     from lsd_dask.surface import Mesh
 
     folder = tmp_path / "s"
     write_study(study, folder, fmt="gifti", rank=20)
-    # "inflated": the meshes scaled; a mesh of another size is refused before any work
+    # "inflated": the meshes stretched unevenly; a mesh of another size is refused
     for h in ("left", "right"):
         m = study.meshes[h]
         write_surface_gifti(
-            folder / f"{h[0]}h.inflated.gii", Mesh(m.vertices * 1.5, m.faces), hemisphere=h
+            folder / f"{h[0]}h.inflated.gii",
+            Mesh(m.vertices * [1.6, 1.0, 0.5], m.faces),
+            hemisphere=h,
         )
     display = {"left": "lh.inflated.gii", "right": "rh.inflated.gii"}
     cfg = load_config(folder / "pipeline.yaml", output=str(folder / "out"), display_mesh=display)
     preflight(cfg)
-    surf, shading = display_surfaces(
-        study.meshes,
-        {h: Mesh(study.meshes[h].vertices * 1.5, study.meshes[h].faces) for h in study.meshes},
+    drawn_on = {h: load_mesh(cfg.display_mesh[h]) for h in ("left", "right")}
+    np.testing.assert_allclose(
+        drawn_on["left"].vertices, study.meshes["left"].vertices * [1.6, 1.0, 0.5], rtol=1e-6
     )
-    np.testing.assert_allclose(surf["left"].vertices, 1.5 * study.meshes["left"].vertices)
-    assert shading["left"].shape == (study.meshes["left"].n_vertices,)
+    panels = {"labels": study.labels}
+    plain = mpimg.imread(plot_parcellations(study.meshes, panels, tmp_path / "plain.png"))
+    shown = mpimg.imread(
+        plot_parcellations(study.meshes, panels, tmp_path / "shown.png", display=drawn_on)
+    )
+    again = mpimg.imread(plot_parcellations(study.meshes, panels, tmp_path / "again.png"))
+    assert np.array_equal(plain, again) and not np.array_equal(plain, shown)
     bad = {"left": "rh.inflated.gii", "right": "rh.inflated.gii"}
     cfg = load_config(folder / "pipeline.yaml", output=str(folder / "out"), display_mesh=bad)
     with pytest.raises(ValueError, match=r"display_mesh.left: .*rh.inflated.gii is given as the "
