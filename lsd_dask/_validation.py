@@ -12,6 +12,7 @@ from typing import Any, TypeAlias
 
 import dask.array as da
 import numpy as np
+import sklearn.exceptions
 from typing_extensions import TypeIs
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "RandomState",
     "LSDDaskWarning",
     "ClippedEigenvalueWarning",
+    "ConvergenceWarning",
     "is_dask",
     "as_array",
     "check_array",
@@ -45,6 +47,12 @@ class LSDDaskWarning(UserWarning):
 
 class ClippedEigenvalueWarning(LSDDaskWarning):
     """Leading eigenvalues of a similarity were negative or tiny and were clipped."""
+
+
+class ConvergenceWarning(sklearn.exceptions.ConvergenceWarning, LSDDaskWarning):
+    """An estimator stopped at ``max_iter`` before it converged. A scikit-learn
+    ``ConvergenceWarning`` too, so that filters written for scikit-learn's estimators
+    catch it."""
 
 
 def is_dask(x: object) -> TypeIs[da.Array]:

@@ -25,7 +25,9 @@ subjects concatenated.
   parcel that touches its own on the mesh; averaged over vertices.
 
 Each needs only K-sized sums of the rows or one pass over the vertex pairs within
-``max_dist``: no vertex × vertex matrix is formed. :func:`spin_null` scores spun copies of
+``max_dist``: no vertex × vertex matrix is formed. :data:`MEASURES` is the table every
+caller iterates (the pipeline's evaluation, its report and its citations): a measure is
+one row there. :func:`spin_null` scores spun copies of
 a parcellation (:mod:`lsd_dask.spin`) for the z-score of each measure.
 
 Notes
@@ -47,6 +49,7 @@ Where these differ from the reference code:
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +62,10 @@ from .linalg.reductions import cluster_sums
 from .similarity import squared_row_norms
 
 __all__ = [
+    "MEASURES",
     "DCBCResult",
+    "HeldOutData",
+    "Measure",
     "SpinNull",
     "VertexPairs",
     "dcbc",
@@ -72,6 +78,102 @@ __all__ = [
     "spin_null",
     "unit_series",
 ]
+
+
+@dataclass(frozen=True)
+class HeldOutData:
+    """One held-out data set as the measures read it.
+
+    Attributes
+    ----------
+    Z : array of shape (n_vertices, d)
+        Unit rows of the held-out data on the vertices scored.
+    pairs : VertexPairs
+        The vertex pairs within the DCBC's distance (:func:`geodesic_pairs`).
+    correlations : ndarray
+        ``Z``'s correlation over each pair (:func:`pair_correlations`).
+    adjacency : sparse matrix
+        The mesh adjacency of the vertices scored (the silhouette's neighbours).
+    bin_width : float
+        DCBC's distance bins, in mm.
+    """
+
+    Z: Any
+    pairs: VertexPairs
+    correlations: np.ndarray
+    adjacency: Any
+    bin_width: float = 1.0
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One measure of a parcellation on held-out data.
+
+    Attributes
+    ----------
+    name : str
+        Its key in results (``heldout_<name>``, ``timehalves_<name>`` in a report).
+    title : str
+        Its name in a report's columns.
+    score : callable
+        ``score(data, labels)``: its value for labels (0 = background) on a
+        :class:`HeldOutData`.
+    higher_is_better : bool
+    spin_null : bool
+        Whether :class:`SpinNull` scores it on spun parcellations (its z).
+    citation : str or None
+        The key of the paper to cite for it in a run's references.
+    explanation : str
+        What it is, in a sentence, for a report.
+    """
+
+    name: str
+    title: str
+    score: Callable[[HeldOutData, np.ndarray], float]
+    higher_is_better: bool = True
+    spin_null: bool = True
+    citation: str | None = None
+    explanation: str = ""
+
+
+def _homogeneity(data: HeldOutData, labels: np.ndarray) -> float:
+    return homogeneity(data.Z, labels)
+
+
+def _dcbc(data: HeldOutData, labels: np.ndarray) -> float:
+    return dcbc(labels, data.pairs, data.correlations, bin_width=data.bin_width).value
+
+
+def _silhouette(data: HeldOutData, labels: np.ndarray) -> float:
+    return neighbour_silhouette(data.Z, labels, data.adjacency)
+
+
+def _pca_homogeneity(data: HeldOutData, labels: np.ndarray) -> float:
+    return pca_homogeneity(data.Z, labels)
+
+
+#: the measures, in the order reports show them
+MEASURES: tuple[Measure, ...] = (
+    Measure(
+        "homogeneity", "held-out homogeneity", _homogeneity, citation="homogeneity",
+        explanation="the mean correlation of vertex pairs within a parcel weighted by "
+        "parcel size (CBIG)",
+    ),
+    Measure(
+        "dcbc", "DCBC", _dcbc, citation="dcbc",
+        explanation="within- minus between-parcel correlation of vertex pairs at equal "
+        "distance along the mesh, 1 mm bins to 35 mm (DCBC)",
+    ),
+    Measure(
+        "silhouette", "neighbour silhouette", _silhouette,
+        explanation="the silhouette against neighbouring parcels with correlation distance",
+    ),
+    Measure(
+        "pca_homogeneity", "Gordon homogeneity", _pca_homogeneity, spin_null=False,
+        explanation="the share of a parcel's variance its first principal component "
+        "explains, averaged over parcels (Gordon et al. 2016; no spin null)",
+    ),
+)  # fmt: skip
 
 
 def unit_series(X: Array) -> Array:

@@ -467,3 +467,65 @@ def test_on_the_realistic_study_the_truth_scores_best_and_the_default_beats_scha
     }
     for measure in ("homogeneity", "silhouette"):
         assert scores["truth"][measure] > scores["default"][measure] > scores["schaefer"][measure]
+
+
+def test_the_measures_table_scores_what_its_functions_score_and_spins_its_spun_rows():
+    """``MEASURES`` is the one list of measures: each row's score is its function on the
+    held-out data, the rows with a spin null are those ``SpinNull`` scores, and their
+    papers are among the references a run cites."""
+    from lsd_dask.pipeline.products.citations import REFERENCES
+
+    Z, truth, Vk, Ak, spheres, kept = _planted_hemispheres(seed=3)
+    pairs = ev.geodesic_pairs(Vk, Ak, max_dist=35.0)
+    r = ev.pair_correlations(Z, pairs)
+    data = ev.HeldOutData(Z, pairs, r, Ak, bin_width=2.0)
+    lab = truth[kept]
+    direct = {
+        "homogeneity": ev.homogeneity(Z, lab),
+        "dcbc": ev.dcbc(lab, pairs, r, bin_width=2.0).value,
+        "silhouette": ev.neighbour_silhouette(Z, lab, Ak),
+        "pca_homogeneity": ev.pca_homogeneity(Z, lab),
+    }
+    assert {m.name: m.score(data, lab) for m in ev.MEASURES} == direct
+    null = ev.SpinNull(Z, pairs, r, spheres, kept, n_spins=5, n_vertices=100,
+                       n_pairs=len(pairs) // 4, random_state=0)  # fmt: skip
+    spun = set(null.z_scores(truth, Ak))
+    assert spun == {m.name for m in ev.MEASURES if m.spin_null}
+    assert {m.citation for m in ev.MEASURES if m.citation} <= set(REFERENCES)
+    assert len({m.name for m in ev.MEASURES}) == len(ev.MEASURES)
+
+
+def test_a_measure_is_one_row_of_the_table(monkeypatch):
+    """A row added to ``MEASURES`` reaches the held-out scores, their means, the report's
+    comparison columns and its explanation of the scores, with nothing else changed."""
+    from lsd_dask.pipeline.products.report_html import _comparison_tables
+    from lsd_dask.pipeline.stages.held_out import held_out_scores, mean_of
+    from lsd_dask.pipeline.stages.split_half import explain_scores
+
+    def largest_parcel_share(data, labels):
+        return float(np.bincount(labels).max() / labels.size)
+
+    extra = ev.Measure(
+        "largest_share", "largest parcel share", largest_parcel_share,
+        higher_is_better=False, spin_null=False, explanation="the largest parcel's share",
+    )  # fmt: skip
+    monkeypatch.setattr(ev, "MEASURES", (*ev.MEASURES, extra))
+    Z, truth, Vk, Ak, spheres, kept = _planted_hemispheres(seed=3)
+    pairs = ev.geodesic_pairs(Vk, Ak, max_dist=35.0)
+    r = ev.pair_correlations(Z, pairs)
+    scores = held_out_scores(truth, Z, pairs, r, Ak, kept, None)
+    share = np.bincount(truth[kept]).max() / kept.sum()
+    assert scores["largest_share"]["value"] == pytest.approx(share)
+    means = mean_of({"a_on_b": scores, "b_on_a": scores})
+    assert means["largest_share"] == pytest.approx(share)
+    explained = explain_scores(min_region_size=1, null_repeats=1, spin_source=None, n_spins=0)
+    assert "heldout_largest_share, the largest parcel's share" in explained["heldout"]
+    rows = [
+        {"method": name, "k": 16, "n_regions": [16, 16], "heldout_homogeneity": 0.5,
+         "heldout_largest_share": value}
+        for name, value in (("a", 0.2), ("b", 0.1))
+    ]  # fmt: skip
+    [table] = [p for p in _comparison_tables(rows) if "<table>" in p]
+    assert "largest parcel share" in table
+    # lower is better for this row: b's 0.100 is the one in bold
+    assert "<b>0.100</b>" in table and "<b>0.200</b>" not in table

@@ -40,9 +40,17 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
-from sklearn.exceptions import ConvergenceWarning
 
-from .._validation import Array, RandomState, check_array, compute, float_type, is_dask, warn
+from .._validation import (
+    Array,
+    ConvergenceWarning,
+    RandomState,
+    check_array,
+    compute,
+    float_type,
+    is_dask,
+    warn,
+)
 from ..linalg.reductions import cluster_sums, own_centre_projection, rows_like
 from ..similarity import squared_row_norms, unit_rows
 from ._base import ClusterBase, _n_features, eager_labels

@@ -21,9 +21,16 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans as _SkKMeans
-from sklearn.exceptions import ConvergenceWarning
 
-from .._validation import Array, RandomState, check_array, compute, is_dask, warn
+from .._validation import (
+    Array,
+    ConvergenceWarning,
+    RandomState,
+    check_array,
+    compute,
+    is_dask,
+    warn,
+)
 from ..linalg.reductions import cluster_sums, own_centre_projection
 from ..similarity import squared_row_norms, unit_rows
 from ._base import ClusterBase, _n_features, eager_labels

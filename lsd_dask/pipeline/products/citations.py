@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ... import evaluation
 from ...io.bids import bids_label
 from ..settings.methods import MethodSpec
 
@@ -166,6 +167,12 @@ _METHOD_PAPERS = {
 }
 
 
+def _measure_papers() -> list[str]:
+    """The held-out measures' papers (:data:`lsd_dask.evaluation.MEASURES`), then the
+    spin null's."""
+    return [*(m.citation for m in evaluation.MEASURES if m.citation), "spin"]
+
+
 def method_references(spec: MethodSpec) -> list[str]:
     """Keys of :data:`REFERENCES` for one method as the run used it: its own paper, and
     Ward's when an oversegmentation is merged by Ward's linkage."""
@@ -181,7 +188,7 @@ def run_references(methods: list[MethodSpec], *, held_out: bool) -> list[str]:
     for spec in methods:
         keys += [key for key in method_references(spec) if key not in keys]
     if held_out:
-        keys += ["homogeneity", "dcbc", "spin"]
+        keys += [k for k in _measure_papers() if k not in keys]
     return keys
 
 
@@ -204,9 +211,7 @@ def derivative_readme(methods: list[MethodSpec], *, version: str, held_out: bool
     for spec in methods:
         cites = "; ".join(citation_line(k) for k in method_references(spec))
         rows.append(f"- `atlas-{bids_label(spec.name)}`: {spec.method} clustering. {cites}")
-    measures = (
-        [f"- {citation_line(k)}" for k in ("homogeneity", "dcbc", "spin")] if held_out else []
-    )
+    measures = [f"- {citation_line(k)}" for k in _measure_papers()] if held_out else []
     lines = [
         "# lsd-dask split-half cortical parcellations",
         "",

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from ... import evaluation
 from ...io.atomic import atomic_write_text
 
 __all__ = ["write_report_html"]
@@ -111,13 +112,10 @@ def _score_table(rows: list[dict[str, Any]]) -> str:
         ("ami", "AMI"),
         ("ari", "ARI"),
         ("n_regions", "regions"),
-        ("heldout_homogeneity", "held-out homogeneity"),
-        ("heldout_homogeneity_z", "z (spin)"),
-        ("heldout_dcbc", "DCBC"),
-        ("heldout_dcbc_z", "z (spin)"),
-        ("heldout_silhouette", "silhouette"),
-        ("heldout_silhouette_z", "z (spin)"),
     ]
+    for m in evaluation.MEASURES:
+        if m.spin_null:
+            cols += [(f"heldout_{m.name}", m.title), (f"heldout_{m.name}_z", "z (spin)")]
     head = "".join(f"<th>{html.escape(title)}</th>" for _, title in cols)
     body = []
     for r in rows:
@@ -136,16 +134,18 @@ def _score_table(rows: list[dict[str, Any]]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-#: the comparison's columns (row key, title); higher is better in each
-_COMPARED = [
-    ("heldout_homogeneity", "held-out homogeneity"),
-    ("heldout_dcbc", "DCBC"),
-    ("heldout_silhouette", "neighbour silhouette"),
-    ("heldout_pca_homogeneity", "Gordon homogeneity"),
-    ("timehalves_homogeneity", "homogeneity, time halves"),
-    ("timehalves_dcbc", "DCBC, time halves"),
-    ("dice", "split-half Dice"),
-]
+def _compared() -> list[tuple[str, str, bool]]:
+    """The comparison's columns (row key, title, higher is better): every measure held out
+    across splits, then in time, then split-half Dice."""
+    measures = evaluation.MEASURES
+    return [
+        *((f"heldout_{m.name}", m.title, m.higher_is_better) for m in measures),
+        *(
+            (f"timehalves_{m.name}", f"{m.title}, time halves", m.higher_is_better)
+            for m in measures
+        ),
+        ("dice", "split-half Dice", True),
+    ]
 
 
 def _comparison_tables(
@@ -182,12 +182,12 @@ def _comparison_tables(
             if a["k"] == k
         ]
         best = {
-            key: max(r[key] for r in at_k if r.get(key) is not None)
-            for key, _ in _COMPARED
+            key: (max if higher else min)(r[key] for r in at_k if r.get(key) is not None)
+            for key, _, higher in _compared()
             if any(r.get(key) is not None for r in at_k)
         }
         # the time-halves columns only where that option ran
-        compared = [(key, t) for key, t in _COMPARED if any(key in r for r in at_k)]
+        compared = [(key, t) for key, t, _ in _compared() if any(key in r for r in at_k)]
         head = "".join(f"<th>{e(t)}</th>" for t in ["method", "regions", *(c[1] for c in compared)])
         body = []
         for r in at_k:

@@ -23,7 +23,6 @@ from ..engine.workdir import mesh_digest
 __all__ = [
     "BIN_WIDTH_MM",
     "MAX_DIST_MM",
-    "MEASURES",
     "NULL_PAIRS",
     "NULL_VERTICES",
     "NullSettings",
@@ -43,8 +42,6 @@ __all__ = [
 MAX_DIST_MM = 35.0
 #: DCBC's distance bins (1 mm, as in the reference)
 BIN_WIDTH_MM = 1.0
-#: the measures, by their name in the report
-MEASURES = ("homogeneity", "dcbc", "silhouette", "pca_homogeneity")
 #: the spin null's samples (:class:`lsd_dask.evaluation.SpinNull`): vertices for
 #: homogeneity and the silhouette, and about how many vertex pairs score DCBC (those among
 #: a sample of 1 vertex in 31 of the 58,558 of 32k_fs_LR's cortex, whose midthickness has
@@ -100,22 +97,15 @@ def held_out_scores(
     features on the kept vertices, ``r`` their correlations over ``pairs``; each beside
     ``null``'s spins, when given."""
     lab = labels[kept]
-    values = {
-        "homogeneity": ev.homogeneity(Z, lab),
-        "dcbc": ev.dcbc(lab, pairs, r, bin_width=BIN_WIDTH_MM).value,
-        "silhouette": ev.neighbour_silhouette(Z, lab, A),
-        "pca_homogeneity": ev.pca_homogeneity(Z, lab),
-    }
+    data = ev.HeldOutData(Z, pairs, r, A, bin_width=BIN_WIDTH_MM)
     zs = null.z_scores(labels, A) if null is not None else {}
-    return {m: _with_null(v, zs.get(m)) for m, v in values.items()}
+    return {m.name: _with_null(m.score(data, lab), zs.get(m.name)) for m in ev.MEASURES}
 
 
 def log_means(stage: str, what: str, means: dict[str, float | None], log: Any) -> None:
     """One line per scored parcellation."""
-    log(
-        f"[{stage}] {what}: held-out homogeneity {means['homogeneity']:.3f}, "
-        f"DCBC {means['dcbc']:.3f}, silhouette {means['silhouette']:.3f}"
-    )
+    shown = ", ".join(f"{m.title} {means[m.name]:.3f}" for m in ev.MEASURES if m.spin_null)
+    log(f"[{stage}] {what}: {shown}")
 
 
 def spin_nulls(
@@ -191,9 +181,9 @@ def cores() -> int:
 def mean_of(directions: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float | None]:
     """Each measure's value and z averaged over the two directions (or data sets)."""
     out: dict[str, float | None] = {}
-    for m in MEASURES:
-        vals = [d[m]["value"] for d in directions.values()]
-        zs = [d[m]["z"] for d in directions.values()]
-        out[m] = float(np.mean(vals))
-        out[f"{m}_z"] = float(np.mean(zs)) if all(z is not None for z in zs) else None
+    for m in ev.MEASURES:
+        vals = [d[m.name]["value"] for d in directions.values()]
+        zs = [d[m.name]["z"] for d in directions.values()]
+        out[m.name] = float(np.mean(vals))
+        out[f"{m.name}_z"] = float(np.mean(zs)) if all(z is not None for z in zs) else None
     return out

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import evaluation as ev
 from ... import metrics
 from ...distributed import active_client, finished
 from ...spin import find_spheres, spin_indices, spin_labels
@@ -127,13 +128,9 @@ def explain_scores(
         "heldout": (
             "Each split's parcels scored on the other split's data (unit rows of its U·Σ), "
             "averaged over both directions, each with its z against spins of the "
-            "parcellation: heldout_homogeneity, the mean correlation of vertex pairs within "
-            "a parcel weighted by parcel size (CBIG); heldout_dcbc, within- minus "
-            "between-parcel correlation of vertex pairs at equal distance along the mesh, "
-            "1 mm bins to 35 mm (DCBC); heldout_silhouette, against neighbouring parcels "
-            "with correlation distance; heldout_pca_homogeneity, the share of a parcel's "
-            "variance its first principal component explains, averaged over parcels "
-            "(Gordon et al. 2016; no spin null). Blurring the features raises split-half Dice by "
+            "parcellation: "
+            + "; ".join(f"heldout_{m.name}, {m.explanation}" for m in ev.MEASURES)
+            + ". Blurring the features raises split-half Dice by "
             "making both splits smooth alike; these measures compare the parcels with data "
             "the fit never saw, and DCBC compares pairs only at equal distance, so "
             "smoothness alone cannot raise them. The values use all the held-out data; "
@@ -145,8 +142,7 @@ def explain_scores(
             "With held_out: [..., time_halves]: each method fitted at K on one half of every "
             "subject's time points within a split and scored on the other half, with the "
             "measures and spins of heldout_*; averaged over the splits and both directions "
-            "(timehalves_homogeneity, timehalves_dcbc, timehalves_silhouette, "
-            "timehalves_pca_homogeneity, each with its _z)."
+            f"({', '.join(f'timehalves_{m.name}' for m in ev.MEASURES)}, each with its _z)."
         ),
     }
 
