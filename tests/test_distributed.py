@@ -15,6 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
+from lsd_dask._validation import ConvergenceWarning
 from lsd_dask.cluster import DirectionalClustering, HierarchicalLSD, SphericalKMeans
 from lsd_dask.datasets import brain_grid
 from lsd_dask.distributed import connect, io_slot, load_cluster_config
@@ -77,7 +78,7 @@ def test_worker_killed_mid_fit(tmp_path, grid):
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("ignore", ConvergenceWarning)  # capped at max_iter on purpose
         expected = DirectionalClustering(12, **kw).fit(X).labels_
     cluster = ProcessCluster(tmp_path, n_workers=2)
     try:
@@ -88,7 +89,7 @@ def test_worker_killed_mid_fit(tmp_path, grid):
             killer.start()
             t0 = time.time()
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+                warnings.simplefilter("ignore", ConvergenceWarning)
                 est = DirectionalClustering(12, **kw).fit(da.from_array(X, chunks=(2304, 40)))
             labels = est.labels_
             killer.join()

@@ -37,8 +37,8 @@ from .engine.log import Log, get_log, log_file
 from .preflight import preflight
 from .products.label_files import write_outputs
 from .products.report_json import write_report
+from .products.scores import score_rows
 from .settings.config import PipelineConfig
-from .stages.split_half import score_run
 
 __all__ = ["run_pipeline", "preflight"]
 
@@ -86,15 +86,12 @@ def _run(ctx: RunContext, command: str | None, t_start: float) -> dict[str, Any]
                 t0 = time.perf_counter()
                 if run_stage(stage, ctx):
                     timings[_TIMING_NAMES.get(stage.name, stage.name)] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            scores = score_run(ctx)
-            timings["scores"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         log(f"[outputs] label files, figures and the report into {cfg.output}")
-        files = write_outputs(ctx, scores[0], command)
+        files = write_outputs(ctx, score_rows(ctx), command)
         timings["outputs"] = time.perf_counter() - t0
         timings["total"] = time.perf_counter() - t_start
-        report = write_report(ctx, scores, files, timings, command)
+        report = write_report(ctx, files, timings, command)
         log(
             f"[done] outputs in {cfg.output} ({timings['total']:.1f} s); open "
             f"{cfg.output / 'report.html'} (the scores as data: report.json)"

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 import lsd_dask
 from lsd_dask import cli, metrics
+from lsd_dask.cluster import SPATIAL_OPTIONS
 from lsd_dask.datasets import surface_study
 from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.linalg import randomized_svd
@@ -228,173 +229,53 @@ def test_lsd_above_the_svd_rank_fails_before_any_stage(tmp_path, study):
     assert not (cfg.output / "work").exists()  # nothing ran
 
 
-@pytest.mark.parametrize("dask_features", [False, True])
-def test_feature_smoothing_recomputes_clusters_only_and_follows_the_parcels(
-    tmp_path, dask_features, monkeypatch
-):
-    """Blurring the features along the mesh (FWHM in mm) brings the noisy split closer to
-    the planted parcels; changing it recomputes the cluster stage, not the SVD."""
-
-    if dask_features:
-        import lsd_dask.pipeline.engine.placement as placement
-
-        monkeypatch.setattr(placement, "IN_MEMORY_FEATURES_BYTES", 0)
-    # parcels of ~400 vertices on a finer mesh, buried in noise: a blur of 15 mm (a few
-    # mesh edges) averages the noise within parcels more than it mixes their borders
-    noisy = surface_study(
-        two_hemisphere_mesh(14, 15, radius=50.0),
-        n_parcels=10,
-        n_subjects=(2, 2),
-        n_timepoints=60,
-        medial_wall_fraction=0.1,
-        noise_std=5.0,
-        random_state=0,
-    )
-    write_study(noisy, tmp_path, fmt="gifti")
-    truth = np.load(tmp_path / "truth.npy")
-    nmi = {}
-    for mm in (0.0, 15.0):
-        cfg = _config(tmp_path, ks=[10], methods=["spherical_kmeans"], feature_smoothing_mm=mm)
-        logs: list[str] = []
-        report = run_pipeline(cfg, log=logs.append)
-        assert report["config"]["feature_smoothing_mm"] == mm
-        labels = np.load(cfg.output / "work" / "labels" / "split1_spherical_kmeans_K10.npy")
-        keep = truth > 0
-        nmi[mm] = metrics.nmi(truth[keep], labels[keep])
-        if mm:
-            assert any("[svd] split1 done earlier" in line for line in logs)
-            assert any("params.feature_smoothing_mm 0.0 -> 15.0" in line for line in logs)
-            assert any("features blurred by 15 mm" in line for line in logs)
-    assert nmi[15.0] > nmi[0.0] + 0.1
-
-
-def test_mesh_constrained_ward_method_gives_connected_parcels(tmp_path, study):
-    from scipy.sparse.csgraph import connected_components
-
-    write_study(study, tmp_path, fmt="gifti")
-    cfg = _config(tmp_path, ks=[10], methods=["ward", "spherical_kmeans"])
-    report = run_pipeline(cfg, log=lambda s: None)
-    rows = {r["method"]: r for r in report["scores"]}
-    assert rows["ward"]["dice"] > rows["ward"]["null_dice_mean"]
-    A = _adjacency(study)
-    for split in ("split1", "split2"):
-        lab = np.load(cfg.output / "work" / "labels" / f"{split}_ward_K10.npy")
-        assert sorted(set(np.unique(lab)) - {0}) == list(range(1, 11))
-        for c in range(1, 11):
-            sub = A[lab == c][:, lab == c]
-            assert connected_components(sub, directed=False)[0] == 1
-
-
-def test_contiguous_option_writes_connected_parcels_and_says_how_many(tmp_path, study):
-    from scipy.sparse.csgraph import connected_components
-
-    write_study(study, tmp_path, fmt="gifti")
-    plain = run_pipeline(_config(tmp_path, ks=[10], methods=["directional"]), log=lambda s: None)
-    assert plain["scores"][0]["n_parcels"] == [10, 10]
-    logs: list[str] = []
-    cfg = _config(tmp_path, ks=[10], methods=["directional"], contiguous=True)
-    report = run_pipeline(cfg, log=logs.append)
-    assert any("params.contiguous false -> true" in line for line in logs), logs
-    A = _adjacency(study)
-    row = report["scores"][0]
-    for i, split in enumerate(("split1", "split2")):
-        lab = np.load(cfg.output / "work" / "labels" / f"{split}_directional_K10.npy")
-        assert row["n_parcels"][i] == lab.max() == len(np.unique(lab[lab > 0]))
-        for p in range(1, lab.max() + 1):
-            sub = A[lab == p][:, lab == p]
-            assert connected_components(sub, directed=False)[0] == 1
-            assert (lab == p).sum() >= cfg.min_region_size
-
-
-@pytest.mark.parametrize("method", ["spherical_kmeans", "directional"])
-def test_spatial_weight_reaches_the_potts_methods(tmp_path, study, method):
-    import scipy.sparse as sp
-
-    write_study(study, tmp_path, fmt="gifti")
-    A = _adjacency(study)
-    E = sp.triu(sp.coo_matrix(A), k=1)
-    cuts = {}
-    for w in (0.0, 0.5):
-        cfg = _config(tmp_path, ks=[10], methods=[method], spatial_weight=w)
-        logs: list[str] = []
-        report = run_pipeline(cfg, log=logs.append)
-        if w:  # the estimator's parameters changed: the clusters are recomputed, not the SVD
-            assert any("changed: params.connectivity" in line for line in logs), logs
-            assert any("[svd] split1 done earlier" in line for line in logs)
-        assert report["config"]["spatial_weight"] == w
-        lab = np.load(cfg.output / "work" / "labels" / f"split1_{method}_K10.npy")
-        both = (lab[E.row] > 0) & (lab[E.col] > 0)
-        cuts[w] = int(np.count_nonzero((lab[E.row] != lab[E.col]) & both))
-    assert cuts[0.5] < cuts[0.0]
-
-
-def test_method_variants_run_side_by_side(tmp_path, study):
-    from lsd_dask.cluster import DirectionalClustering
-    from lsd_dask.similarity import unit_rows
-    from lsd_dask.surface import smooth_on_mesh, smoothing_steps
-
-    write_study(study, tmp_path, fmt="gifti")
-    spatial = {
-        "name": "dir_spatial",
-        "method": "directional",
-        "feature_smoothing_mm": 12.0,
-        "spatial_weight": 0.5,
-    }
-    cfg = _config(tmp_path, ks=[10], methods=["directional", spatial, "ward"])
-    logs: list[str] = []
-    report = run_pipeline(cfg, log=logs.append)
-    assert {r["method"] for r in report["scores"]} == {"directional", "dir_spatial", "ward"}
-    from lsd_dask.cluster import SPATIAL_OPTIONS
-
-    # every spatial option, at its default unless the variant sets it
-    assert report["config"]["methods"][1] == {**SPATIAL_OPTIONS, **spatial, "features": "us"}
-    # the variant is directional clustering with its Potts term on the blurred features
-    work = cfg.output / "work"
-    kept = np.load(work / "mask.npy")
-    m = study.meshes
-    A = _adjacency(study, kept)
-    V = np.concatenate([m["left"].vertices, m["right"].vertices])[kept]
-    # the default features: unit rows of U·Σ
-    F = unit_rows(np.load(work / "split1_U.npy") * np.load(work / "split1_s.npy"))
-    F = unit_rows(smooth_on_mesh(F, A, n_iter=smoothing_steps(V, A, 12.0)))
-    ref = DirectionalClustering(10, spatial_weight=0.5, connectivity=A, random_state=0).fit(F)
-    got = np.load(work / "labels" / "split1_dir_spatial_K10.npy")[kept] - 1
-    assert metrics.ari(ref.labels_, got) > 0.99
-    plain = np.load(work / "labels" / "split1_directional_K10.npy")[kept] - 1
-    assert metrics.ari(plain, got) < 0.99  # the variant's settings took effect
-    pattern = "*_hemi-L_atlas-dirspatial_scale-10_*split1*.gii"
-    assert len(list(find_atlas_folder(cfg.output).glob(pattern))) == 1
-
-
-def test_oversegment_merges_a_finer_fit_with_ward_on_the_mesh(tmp_path, study):
-    from lsd_dask.cluster import SphericalKMeans, WardMerge
+def test_a_variants_options_reach_its_fit_and_a_change_refits_it_alone(tmp_path, study):
+    """Spatial options are the estimator's (``tests/cluster/test_parcellation.py`` tests
+    what each does); the pipeline's part is that a variant's options reach its fit: its
+    labels are those of ``MeshParcellation`` with the same options on the run's
+    features, side by side with the plain method and mesh-constrained Ward, its sidecar
+    names the options, and a changed option refits that variant only, not the SVD."""
+    from lsd_dask.cluster import MeshParcellation, SphericalKMeans
     from lsd_dask.similarity import unit_rows
 
     write_study(study, tmp_path, fmt="gifti")
-    merged = {"name": "skm_merged", "method": "spherical_kmeans", "oversegment": 3}
-    cfg = _config(tmp_path, ks=[8], methods=["spherical_kmeans", merged])
-    logs: list[str] = []
-    report = run_pipeline(cfg, log=logs.append)
-    assert report["config"]["methods"][1]["oversegment"] == 3.0
+    variant = {
+        "name": "skm_spatial", "method": "spherical_kmeans", "feature_smoothing_mm": 12.0,
+        "spatial_weight": 0.5, "oversegment": 2, "contiguous": True,
+    }  # fmt: skip
+    cfg = _config(tmp_path, ks=[8], methods=["spherical_kmeans", variant, "ward"])
+    report = run_pipeline(cfg, log=lambda line: None)
+    assert {r["method"] for r in report["scores"]} == {"spherical_kmeans", "skm_spatial", "ward"}
+    assert report["config"]["methods"][1] == {**SPATIAL_OPTIONS, **variant, "features": "us"}
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
     A = _adjacency(study, kept)
+    V = np.concatenate([m.vertices for m in study.meshes.values()])[kept]
     F = unit_rows(np.load(work / "split1_U.npy") * np.load(work / "split1_s.npy"))
-    ref = WardMerge(SphericalKMeans(), 8, oversegment=3, connectivity=A, random_state=0).fit(F)
-    assert ref.estimator_.n_clusters == 24
-    got = np.load(work / "labels" / "split1_skm_merged_K8.npy")[kept] - 1
-    assert np.unique(got).size == 8
-    assert metrics.ari(ref.labels_, got) > 0.99
-    plain = np.load(work / "labels" / "split1_spherical_kmeans_K8.npy")[kept] - 1
-    assert metrics.ari(plain, got) < 0.99  # not the plain fit at K = 8
-    sidecar = next(find_atlas_folder(cfg.output).glob("*atlas-skmmerged_scale-8_*split1*.json"))
-    assert json.loads(sidecar.read_text())["Oversegment"] == 3.0
-    # a changed oversegment refits only that variant
-    cfg2 = _config(tmp_path, ks=[8], methods=["spherical_kmeans", {**merged, "oversegment": 2}])
-    logs.clear()
-    run_pipeline(cfg2, log=logs.append)
+    options = {k: v for k, v in variant.items() if k in SPATIAL_OPTIONS}
+    ref = MeshParcellation(
+        SphericalKMeans(random_state=0), 8, connectivity=A, vertices=V,
+        min_region_size=cfg.min_region_size, random_state=0, **options,
+    ).fit(F)  # fmt: skip
+    got = np.load(work / "labels" / "split1_skm_spatial_K8.npy")[kept]
+    assert metrics.ari(ref.labels_, got) == pytest.approx(1.0)
+    plain = np.load(work / "labels" / "split1_spherical_kmeans_K8.npy")[kept]
+    assert metrics.ari(plain, got) < 0.99  # the options took effect
+    sidecar = next(find_atlas_folder(cfg.output).glob("*atlas-skmspatial_scale-8_*split1*.json"))
+    meta = json.loads(sidecar.read_text())
+    assert meta["Oversegment"] == 2.0 and meta["FeatureSmoothingFWHM"] == 12.0
+    # one option changed: that variant alone is refitted
+    logs: list[str] = []
+    changed = {**variant, "spatial_weight": 1.0}
+    run_pipeline(_config(tmp_path, ks=[8], methods=["spherical_kmeans", changed, "ward"]),
+                 log=logs.append)  # fmt: skip
+    assert any("[svd] split1 done earlier" in line for line in logs), logs
     assert any("spherical_kmeans K=8 done earlier" in line for line in logs), logs
-    assert any("skm_merged/K8: recomputing (changed: params.oversegment" in ln for ln in logs)
+    assert any("ward K=8 done earlier" in line for line in logs), logs
+    assert any(
+        "skm_spatial/K8: recomputing (changed: params.spatial_weight 0.5 -> 1.0" in line
+        for line in logs
+    ), logs
 
 
 def test_auto_feature_smoothing_is_chosen_per_split_from_its_halves(tmp_path, study):

@@ -5,6 +5,8 @@ run's folders take a write before anything runs."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -53,6 +55,8 @@ class RunContext:
     lock: WorkLock | None = None
     #: whether :meth:`close` gives the lock back (not when the caller took it)
     owns_lock: bool = False
+    #: the stages the stage being planned reads (:meth:`reading`); None: no stage's plan
+    reads: tuple[str, ...] | None = None
 
     @classmethod
     def open(
@@ -91,6 +95,25 @@ class RunContext:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def reading(self, stages: tuple[str, ...]) -> Iterator[None]:
+        """While a stage plans: the stages whose fingerprints it may take."""
+        before, self.reads = self.reads, tuple(stages)
+        try:
+            yield
+        finally:
+            self.reads = before
+
+    def fingerprint(self, unit: str) -> str:
+        """The recorded fingerprint of an earlier stage's unit (``svd/split1``), for the key
+        of a unit that reads it; only a stage named in the planning stage's ``reads``."""
+        stage = unit.split("/", 1)[0]
+        if self.reads is None or stage not in self.reads:
+            raise RuntimeError(
+                f"{unit}: stage {stage} is not among the stages this stage reads ({self.reads})."
+            )
+        return self.wd.fingerprint_of(unit)
 
     @property
     def splits(self) -> dict[str, list[str]]:

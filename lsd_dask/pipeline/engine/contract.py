@@ -16,8 +16,14 @@ stage yields it with its outputs in place. A unit interrupted before it was yiel
 stamp and is computed again by the next run.
 
 A stage reads the run through a :class:`RunContext`: the configuration, the work folder,
-the splits, the meshes, the log and the earlier stages' results. Adding a stage is one
-module with a :class:`Stage` class and one line in the run's stage list.
+the splits, the meshes, the log and the earlier stages' results. It names the stages whose
+units it reads (``reads``): the runner lets its plan take their fingerprints
+(:meth:`RunContext.fingerprint`) and no others. A stage whose results are scores states
+their **columns** (:class:`Column`: name, title, direction) and returns them as rows keyed
+by (method, K) (:meth:`Stage.rows`); ``report.json``, ``report.html`` and the sidecars
+assemble themselves from the stage list. Adding a stage is one module with a
+:class:`Stage` class (:class:`StageBase` holds the defaults of a stage without scores) and
+one line in the run's stage list.
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from .context import RunContext
 
-__all__ = ["Stage", "Unit", "run_stage"]
+__all__ = ["Column", "RowKey", "Stage", "StageBase", "Unit", "run_stage"]
+
+#: what a score row is keyed by: (method, K)
+RowKey = tuple[str, int]
 
 
 @dataclass
@@ -57,10 +66,52 @@ class Unit:
     item: Any = None
 
 
-class Stage(Protocol):
-    """What a stage states: its name, its units, how it computes and loads them."""
+@dataclass(frozen=True)
+class Column:
+    """One score column a stage adds to the run's rows.
+
+    Attributes
+    ----------
+    name : str
+        Its key in a row (``report.json``'s ``scores``).
+    title : str
+        Its heading in ``report.html``.
+    higher_is_better : bool or None
+        Which way is better, for the report's comparison of methods; None: not compared
+        (a count, a null's mean).
+    table : bool
+        Shown in the report's table of every score.
+    sidecar_key : str or None
+        Its key in the stage's section of each label file's sidecar (None: not there).
+    """
 
     name: str
+    title: str
+    higher_is_better: bool | None = None
+    table: bool = True
+    sidecar_key: str | None = None
+
+
+class Stage(Protocol):
+    """What a stage states: its name, the stages it reads, its units, how it computes and
+    loads them, and the score columns its results add."""
+
+    name: str
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The stages whose units' fingerprints its keys take."""
+        ...
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        """The score columns its rows hold (none for a stage without scores)."""
+        ...
+
+    @property
+    def sidecar_section(self) -> str | None:
+        """The section of each label file's sidecar its ``sidecar_key`` columns go into."""
+        ...
 
     def plan(self, ctx: RunContext) -> list[Unit]:
         """The units of this run, with their keys (after the earlier stages ran)."""
@@ -75,13 +126,36 @@ class Stage(Protocol):
         """The result of a current unit, from its outputs."""
         ...
 
+    def rows(self, ctx: RunContext) -> dict[RowKey, dict[str, Any]]:
+        """Its ``columns``' values per (method, K), from its results in ``ctx``."""
+        ...
+
+    def explain(self, ctx: RunContext) -> dict[str, str]:
+        """What its scores were computed on, in words (``scores_explained``)."""
+        ...
+
+
+class StageBase:
+    """The defaults of a stage: it reads no other stage and adds no scores."""
+
+    reads: tuple[str, ...] = ()
+    columns: tuple[Column, ...] = ()
+    sidecar_section: str | None = None
+
+    def rows(self, ctx: RunContext) -> dict[RowKey, dict[str, Any]]:
+        return {}
+
+    def explain(self, ctx: RunContext) -> dict[str, str]:
+        return {}
+
 
 def run_stage(stage: Stage, ctx: RunContext) -> dict[str, Any]:
     """Skip the current units, compute the rest, record each; return unit name -> result.
 
     The results are in the plan's order, whatever order the stage computed them in.
     """
-    units = stage.plan(ctx)
+    with ctx.reading(stage.reads):
+        units = stage.plan(ctx)
     results: dict[str, Any] = {}
     todo = []
     for u in units:

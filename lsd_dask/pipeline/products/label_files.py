@@ -44,6 +44,7 @@ from .citations import (
     method_references,
     run_references,
 )
+from .scores import sidecar_sections
 
 __all__ = ["write_outputs"]
 
@@ -241,25 +242,8 @@ def _sidecar(
             f"split {splits[0]}: each parcel takes the id of the {splits[0]} parcel it "
             "overlaps most (Hungarian method); unmatched parcels take ids above those."
         )
-    if score is not None and any(key.startswith("heldout_") for key in score):
-        # on the other split's data, both directions averaged (see report.json's
-        # scores_explained.heldout)
-        out["HeldOutScores"] = {
-            key.removeprefix("heldout_"): score[key] for key in score if key.startswith("heldout_")
-        }
-    if score is not None and any(key.startswith("timehalves_") for key in score):
-        # fitted on one time half of a split, scored on the other (scores_explained.timehalves)
-        out["TimeHalvesScores"] = {
-            key.removeprefix("timehalves_"): score[key]
-            for key in score
-            if key.startswith("timehalves_")
-        }
-    if score is not None:
-        out["SplitHalfScores"] = {
-            key: score[key]
-            for key in ("dice", "nmi", "ari", "null_dice_mean", "null_dice_sd", "n_regions")
-            if key in score
-        }
+    # each scoring stage's section (report.json's scores_explained says what each is)
+    out.update(sidecar_sections(score))
     return out
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from ... import evaluation
 from ...io.atomic import atomic_write_text
+from .scores import compared_columns, table_columns
 
 __all__ = ["write_report_html"]
 
@@ -99,23 +99,8 @@ def _blur_table(blur: dict[str, dict[str, Any]]) -> str:
 
 
 def _score_table(rows: list[dict[str, Any]]) -> str:
-    cols = [
-        ("method", "method"),
-        ("k", "K"),
-        ("dice", "Dice"),
-        ("null_dice_mean", "null Dice"),
-        ("null_dice_z", "z"),
-        ("spin_null_dice_mean", "spin-null Dice"),
-        ("spin_null_dice_z", "z (spin)"),
-        ("nmi", "NMI"),
-        ("null_nmi_mean", "null NMI"),
-        ("ami", "AMI"),
-        ("ari", "ARI"),
-        ("n_regions", "regions"),
-    ]
-    for m in evaluation.MEASURES:
-        if m.spin_null:
-            cols += [(f"heldout_{m.name}", m.title), (f"heldout_{m.name}_z", "z (spin)")]
+    cols = [("method", "method"), ("k", "K")]
+    cols += [(c.name, c.title) for c in table_columns() if any(c.name in r for r in rows)]
     head = "".join(f"<th>{html.escape(title)}</th>" for _, title in cols)
     body = []
     for r in rows:
@@ -135,17 +120,9 @@ def _score_table(rows: list[dict[str, Any]]) -> str:
 
 
 def _compared() -> list[tuple[str, str, bool]]:
-    """The comparison's columns (row key, title, higher is better): every measure held out
-    across splits, then in time, then split-half Dice."""
-    measures = evaluation.MEASURES
-    return [
-        *((f"heldout_{m.name}", m.title, m.higher_is_better) for m in measures),
-        *(
-            (f"timehalves_{m.name}", f"{m.title}, time halves", m.higher_is_better)
-            for m in measures
-        ),
-        ("dice", "split-half Dice", True),
-    ]
+    """The comparison's columns (row key, title, higher is better), as the stages state
+    them: the held-out measures first, split-half Dice last."""
+    return [(c.name, c.title, bool(c.higher_is_better)) for c in compared_columns()]
 
 
 def _comparison_tables(
@@ -154,7 +131,8 @@ def _comparison_tables(
     """One table per K: every method, and every comparison atlas at its nearest K, on
     every measure, the best of each column in bold (held-out measures first: they read
     the parcels against data the fit never saw)."""
-    if not any("heldout_homogeneity" in r or "timehalves_homogeneity" in r for r in rows):
+    held_out = [key for key, _, _ in _compared() if key != "dice"]
+    if not any(key in r for r in rows for key in held_out):
         return []
     e = html.escape
     parts = [

@@ -18,21 +18,21 @@ from ...io.atomic import atomic_write_text
 from ..engine.context import RunContext
 from ..stages.evaluation import atlas_rows
 from .report_html import write_report_html
+from .scores import score_rows, scores_explained
 
 __all__ = ["write_report"]
 
 
 def write_report(
     ctx: RunContext,
-    scores: tuple[list[dict[str, Any]], dict[str, str]],
     files: list[Path],
     timings: dict[str, float],
     command: str | None,
 ) -> dict[str, Any]:
     """Write ``report.json`` and ``report.html`` into the output folder; return the report.
 
-    ``scores``: the rows and their explanation (:func:`.scores.score_run`); ``files``: the
-    outputs written; ``command``: the command line, when there is one.
+    The scores and their explanation come from the stage list (:mod:`.scores`); ``files``:
+    the outputs written; ``command``: the command line, when there is one.
     """
     cfg, wd, out = ctx.cfg, ctx.wd, ctx.cfg.output
     blur = _by_split(ctx.results.get("blur", {}))
@@ -47,9 +47,9 @@ def write_report(
         "svd": _by_split(ctx.results["svd"]),
         **({"feature_blur": blur} if blur else {}),
         "fingerprints": wd.fingerprints(),
-        "scores": scores[0],
+        "scores": score_rows(ctx),
         "atlases": atlas_rows(ctx),
-        "scores_explained": scores[1],
+        "scores_explained": scores_explained(ctx),
         "timings_s": timings,
         "outputs": [str(p.relative_to(out)) for p in files],
     }

@@ -8,6 +8,7 @@ from .blur import BlurStage
 from .cluster import ClusterStage
 from .evaluation import EvaluationStage
 from .ingest import IngestStage
+from .split_half import SplitHalfStage
 from .svd import SvdStage
 from .time_halves import TimeHalvesStage
 
@@ -20,4 +21,5 @@ STAGES: list[Stage] = [
     ClusterStage(),
     EvaluationStage(),
     TimeHalvesStage(),
+    SplitHalfStage(),
 ]

@@ -31,7 +31,7 @@ from ...distributed import active_client
 from ...io.zarr_store import open_split
 from ...selection import EARLY_STOP, GRID_MM, choose_feature_blur
 from ..engine.context import RunContext
-from ..engine.contract import Unit
+from ..engine.contract import StageBase, Unit
 from ..engine.log import prefixed
 from ..engine.placement import features_on_workers
 from ..engine.workdir import mesh_digest
@@ -40,7 +40,7 @@ from .svd import half_rank, half_svd, svd_features
 __all__ = ["BlurStage"]
 
 
-class BlurStage:
+class BlurStage(StageBase):
     """``blur/<split>``: the blur each split chooses, when a method asks for
     ``feature_smoothing_mm: auto`` (no unit otherwise).
 
@@ -49,6 +49,7 @@ class BlurStage:
     """
 
     name = "blur"
+    reads = ("ingest", "svd")
 
     def plan(self, ctx: RunContext) -> list[Unit]:
         if not any(m.auto_blur for m in ctx.cfg.methods):
@@ -59,11 +60,11 @@ class BlurStage:
             Unit(
                 f"blur/{split}",
                 {
-                    "ingest": wd.fingerprint_of(f"ingest/{split}"),
+                    "ingest": ctx.fingerprint(f"ingest/{split}"),
                     "svd": asdict(cfg.svd),
                     # the halves start from the split's U
                     "split_svd": (
-                        wd.fingerprint_of(f"svd/{split}")
+                        ctx.fingerprint(f"svd/{split}")
                         if cfg.svd.blur_halves_start == "split"
                         else None
                     ),

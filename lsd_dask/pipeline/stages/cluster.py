@@ -27,23 +27,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import dask
-import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
 from ..._version import __version__
 from ...cluster import MeshParcellation
 from ...cluster._init import seeding_candidates, shared_starts
-from ...distributed import active_client, finished, scattered_rows, task_location
+from ...distributed import active_client, finished, task_location
 from ..engine import placement
 from ..engine.context import RunContext
-from ..engine.contract import Unit
+from ..engine.contract import StageBase, Unit
 from ..engine.log import Log, bar
 from ..engine.workdir import WorkDir, content_digest
-from ..settings.config import PipelineConfig
 from ..settings.methods import MethodSpec
 from .blur import chosen_blurs
-from .svd import svd_features
+from .svd import split_features, task_features
 
 __all__ = [
     "ClusterStage",
@@ -54,20 +52,20 @@ __all__ = [
 ]
 
 
-class ClusterStage:
+class ClusterStage(StageBase):
     """``cluster/<split>/<method>/K<k>``: every fit's labels on the full surface (0 on
     masked vertices), saved as ``work/labels/<split>_<method>_K<k>.npy``."""
 
     name = "cluster"
+    reads = ("svd",)
 
     def plan(self, ctx: RunContext) -> list[Unit]:
         mesh = ctx.kept_mesh() if any(m.needs_mesh for m in ctx.cfg.methods) else None
-        blur = chosen_blurs(ctx)
         # by split, then by features: each split's features are loaded once per kind
         splits = list(ctx.splits)
         jobs = sorted(
             (
-                fit_job(ctx.cfg, split, spec, k, ctx.wd, mesh, blur.get(split))
+                fit_job(ctx, split, spec, k, mesh)
                 for split in splits
                 for spec in ctx.cfg.methods
                 for k in ctx.cfg.ks
@@ -95,7 +93,7 @@ class ClusterStage:
             log(f"[cluster] {bar(i - 1, len(jobs))} next: {_fit_name(j)}")
             if j.which not in features:
                 features.clear()  # one set of features in memory at a time (jobs in order)
-                features[j.which] = _features(wd, j.split, j.spec.features)
+                features[j.which] = split_features(wd, j.split, j.spec.features)
             with shared_starts(starts):
                 out = fit_labels(j.est, features[j.which], kept)
             _save(wd, j, out, log, bar(i, len(jobs)))
@@ -120,26 +118,40 @@ class FitJob:
         return (self.split, self.spec.features)
 
 
-def fit_job(
-    cfg: PipelineConfig,
-    split: str,
+def split_estimator(
+    ctx: RunContext,
     spec: MethodSpec,
     k: int,
-    wd: WorkDir,
+    split: str,
     mesh: tuple[np.ndarray, sp.csr_matrix] | None,
-    chosen: float | None = None,
-) -> FitJob:
-    """The fit of ``spec`` at K on a split: its estimator (the auto blur resolved to the
-    split's ``chosen`` one), and its key: the SVD it reads and the estimator's parameters."""
+) -> MeshParcellation:
+    """The one place a method's unfitted estimator at K for a split is made: the run's
+    seed and region floor, ``mesh`` (vertices, adjacency) where given, and the blur the
+    split's data chose folded in for ``feature_smoothing_mm: auto``. The fits, the time
+    halves and the outputs ask it."""
+    chosen = chosen_blurs(ctx).get(split)
     if spec.auto_blur and chosen is None:
         raise ValueError(f"{split}: no blur was chosen for {spec.name}'s auto smoothing.")
     V, A = (None, None) if mesh is None else mesh
-    est = spec.estimator(
-        k, cfg.random_state, connectivity=A, vertices=V, min_region_size=cfg.min_region_size,
-        blur_mm=chosen,
+    return spec.estimator(
+        k, ctx.cfg.random_state, connectivity=A, vertices=V,
+        min_region_size=ctx.cfg.min_region_size, blur_mm=chosen,
     )  # fmt: skip
+
+
+def fit_job(
+    ctx: RunContext,
+    split: str,
+    spec: MethodSpec,
+    k: int,
+    mesh: tuple[np.ndarray, sp.csr_matrix] | None,
+) -> FitJob:
+    """The fit of ``spec`` at K on a split: its estimator (:func:`split_estimator`), and
+    its key: the SVD it reads and the estimator's parameters."""
+    est = split_estimator(ctx, spec, k, split, mesh)
+    wd = ctx.wd
     key = {
-        "svd": wd.fingerprint_of(f"svd/{split}"),
+        "svd": ctx.fingerprint(f"svd/{split}"),
         "method": spec.method,
         "features": spec.features,
         "auto_blur": spec.auto_blur,
@@ -193,7 +205,7 @@ def _fit_as_tasks(
     for j in todo:
         if j.which not in loads:
             loads[j.which] = client.submit(
-                _task_features, wd.root, wd.folder.storage_options, j.split, j.spec.features,
+                task_features, wd.root, wd.folder.storage_options, j.split, j.spec.features,
                 pure=False,
             )  # fmt: skip
     # on every worker: fits then go wherever a thread is free
@@ -322,21 +334,3 @@ def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) 
     log(f"[cluster] {progress} {_fit_name(j)}: {out['seconds']:.1f} s{iters}{parcels}{blur}{where}")
 
 
-def _task_features(root: str, storage_options: Any, split: str, kind: str) -> np.ndarray:
-    """A split's features in this worker's memory (it reads the shared work folder)."""
-    wd = WorkDir(root, lambda line: None, storage_options)
-    F: np.ndarray = _features(wd, split, kind, in_memory=True)
-    return F
-
-
-def _features(wd: WorkDir, split: str, kind: str = "us", *, in_memory: bool = False) -> Any:
-    """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``): numpy when small or
-    ``in_memory``, else a dask array persisted on the workers."""
-    U = wd.load_npy(wd.u(split), mmap=True)
-    if in_memory or U.nbytes <= placement.IN_MEMORY_FEATURES_BYTES:
-        F = np.asarray(U)
-    else:
-        # sent to the workers once, not embedded in every graph that reads them
-        F = scattered_rows(U, max(1, min(U.shape[0], 16384)))
-    F = svd_features(F, wd.load_npy(wd.s(split)), kind)
-    return F.persist() if isinstance(F, da.Array) else F

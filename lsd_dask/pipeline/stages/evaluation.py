@@ -44,7 +44,7 @@ from ... import evaluation as ev
 from ...distributed import active_client, finished
 from ..engine import placement
 from ..engine.context import RunContext
-from ..engine.contract import Unit
+from ..engine.contract import Column, RowKey, StageBase, Unit
 from ..engine.workdir import WorkDir, content_digest
 from .held_out import (
     MAX_DIST_MM,
@@ -53,6 +53,8 @@ from .held_out import (
     load_result,
     log_means,
     mean_of,
+    measure_columns,
+    measure_rows,
     scoring_key,
     spin_nulls,
     spin_nulls_from,
@@ -63,17 +65,23 @@ from .svd import svd_features
 __all__ = ["EvaluationStage", "atlas_rows"]
 
 
-class EvaluationStage:
+class EvaluationStage(StageBase):
     """``evaluate/<method>/K<k>``: the held-out measures of one method at one K, both
     directions, in ``work/evaluation/<method>_K<k>.json``."""
 
     name = "evaluate"
+    reads = ("svd", "cluster")
+    sidecar_section = "HeldOutScores"
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return measure_columns("heldout_", table=True)
 
     def plan(self, ctx: RunContext) -> list[Unit]:
         wd, cfg = ctx.wd, ctx.cfg
         splits = list(ctx.splits)
         common = {
-            "features": {s: wd.fingerprint_of(f"svd/{s}") for s in splits},
+            "features": {s: ctx.fingerprint(f"svd/{s}") for s in splits},
             **scoring_key(ctx),
         }
         atlases = [
@@ -94,7 +102,7 @@ class EvaluationStage:
                 {
                     **common,
                     "labels": {
-                        s: wd.fingerprint_of(f"cluster/{s}/{spec.name}/K{k}") for s in splits
+                        s: ctx.fingerprint(f"cluster/{s}/{spec.name}/K{k}") for s in splits
                     },
                 },
                 [wd.folder.join("evaluation", f"{spec.name}_K{k}.json")],
@@ -106,6 +114,26 @@ class EvaluationStage:
         ]
 
     load = staticmethod(load_result)
+
+    def rows(self, ctx: RunContext) -> dict[RowKey, dict[str, Any]]:
+        return measure_rows(ctx, self.name, "heldout_")
+
+    def explain(self, ctx: RunContext) -> dict[str, str]:
+        return {
+            "heldout": (
+                "Each split's parcels scored on the other split's data (unit rows of its "
+                "U·Σ), averaged over both directions, each with its z against spins of the "
+                "parcellation: "
+                + "; ".join(f"heldout_{m.name}, {m.explanation}" for m in ev.MEASURES)
+                + ". Blurring the features raises split-half Dice by making both splits "
+                "smooth alike; these measures compare the parcels with data the fit never "
+                "saw, and DCBC compares pairs only at equal distance, so smoothness alone "
+                "cannot raise them. The values use all the held-out data; the spins "
+                "(spins:, 1,000 by default) are scored on a fixed sample of vertices (and "
+                "of the pairs among a second sample for DCBC), the parcellation on the same "
+                "sample for its z."
+            )
+        }
 
     def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
         wd, log = ctx.wd, ctx.log

@@ -17,7 +17,7 @@ from ... import evaluation as ev
 from ..._version import __version__
 from ...spin import find_spheres
 from ..engine.context import RunContext
-from ..engine.contract import Unit
+from ..engine.contract import Column, RowKey, Unit
 from ..engine.workdir import mesh_digest
 
 __all__ = [
@@ -29,6 +29,8 @@ __all__ = [
     "cores",
     "held_out_scores",
     "load_result",
+    "measure_columns",
+    "measure_rows",
     "log_means",
     "mean_of",
     "scoring_key",
@@ -187,3 +189,30 @@ def mean_of(directions: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float
         out[m.name] = float(np.mean(vals))
         out[f"{m.name}_z"] = float(np.mean(zs)) if all(z is not None for z in zs) else None
     return out
+
+
+def measure_columns(prefix: str, *, table: bool, title: str = "") -> tuple[Column, ...]:
+    """The score columns of :data:`lsd_dask.evaluation.MEASURES` under ``prefix``
+    (``heldout_``, ``timehalves_``): each measure's mean over the directions (its title
+    followed by ``title``), and its spin z; in the sidecar under the measure's own name."""
+    cols: list[Column] = []
+    for m in ev.MEASURES:
+        cols.append(
+            Column(f"{prefix}{m.name}", f"{m.title}{title}", m.higher_is_better, table, m.name)
+        )
+        cols.append(
+            Column(f"{prefix}{m.name}_z", "z (spin)", None, table and m.spin_null, f"{m.name}_z")
+        )
+    return tuple(cols)
+
+
+def measure_rows(ctx: RunContext, stage: str, prefix: str) -> dict[RowKey, dict[str, Any]]:
+    """A scoring stage's means per (method, K), as ``prefix``-named columns."""
+    results = ctx.results.get(stage, {})
+    rows = {}
+    for spec in ctx.cfg.methods:
+        for k in ctx.cfg.ks:
+            result = results.get(f"{stage}/{spec.name}/K{k}")
+            if result is not None:
+                rows[spec.name, k] = {f"{prefix}{m}": v for m, v in result["mean"].items()}
+    return rows

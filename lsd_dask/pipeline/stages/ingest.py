@@ -29,7 +29,7 @@ from ...distributed import active_client, show_progress
 from ...io.zarr_store import SplitWriter, build_split
 from ...surface import smoothing_steps
 from ..engine.context import RunContext
-from ..engine.contract import Unit
+from ..engine.contract import StageBase, Unit
 from ..engine.log import Log, bar
 from ..engine.workdir import (
     WorkDir,
@@ -49,7 +49,7 @@ __all__ = ["IngestStage", "check_kept", "input_identities"]
 _COUNTS = ("constant", "nonfinite", "timepoints")
 
 
-class IngestStage:
+class IngestStage(StageBase):
     """``mask`` and ``ingest/<split>``: one pass that reads every subject once.
 
     The mask unit's result is its record (vertices masked per subject); an ingest unit's

@@ -11,44 +11,145 @@ Both splits' labels are first split into connected regions on the mesh and regio
 - the spin null (when the meshes have spheres): split 2's parcellation rotated on the
   sphere (:mod:`lsd_dask.spin`), which keeps its parcels' shapes;
 - each score's z-value against each null: ``(score - null mean) / null sd``.
+
+The stage (:class:`SplitHalfStage`): ``scores/<method>/K<k>``, one unit per method and K,
+in ``work/scores/<method>_K<k>.json``, as tasks on the workers when a cluster is active.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from ... import evaluation as ev
 from ... import metrics
+from ..._version import __version__
 from ...distributed import active_client, finished
 from ...spin import find_spheres, spin_indices, spin_labels
 from ...surface import grow_sized_regions, split_connected
 from ..engine.context import RunContext
-from .time_halves import time_halves_rows
+from ..engine.contract import Column, RowKey, StageBase, Unit
+from ..engine.workdir import mesh_digest
 
-__all__ = ["explain_scores", "score_pair", "score_run"]
+__all__ = ["SplitHalfStage", "score_pair"]
 
 
-def score_run(ctx: RunContext) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Split-half scores of every method and K, and what they were computed on (the
-    report's ``scores`` and ``scores_explained``)."""
-    cfg = ctx.cfg
-    sphere = find_spheres(ctx.meshes, cfg.sphere)
-    spins = None
-    if sphere["spheres"] is not None and cfg.null_repeats > 0:
-        spins = spin_indices(
-            sphere["spheres"], cfg.null_repeats, random_state=[cfg.random_state, 1]
+#: the nulls' names in a row, and the scores each null is drawn for
+_NULLS = ("null", "spin_null")
+_NULL_SCORES = ("dice", "nmi")
+
+
+def _columns() -> tuple[Column, ...]:
+    """Every column of a row: the sidecar's first, in the order it lists them."""
+    cols = [
+        Column("dice", "split-half Dice", higher_is_better=True, sidecar_key="dice"),
+        Column("nmi", "NMI", sidecar_key="nmi"),
+        Column("ari", "ARI", sidecar_key="ari"),
+        Column("null_dice_mean", "null Dice", sidecar_key="null_dice_mean"),
+        Column("null_dice_sd", "null Dice sd", table=False, sidecar_key="null_dice_sd"),
+        Column("n_regions", "regions", sidecar_key="n_regions"),
+        Column("null_dice_z", "z"),
+        Column("spin_null_dice_mean", "spin-null Dice"),
+        Column("spin_null_dice_z", "z (spin)"),
+        Column("null_nmi_mean", "null NMI"),
+        Column("ami", "AMI"),
+        Column("n_parcels", "parcels", table=False),
+    ]
+    named = {c.name for c in cols}
+    cols += [
+        Column(f"{null}_{score}_{stat}", f"{null} {score} {stat}", table=False)
+        for null in _NULLS
+        for score in _NULL_SCORES
+        for stat in ("mean", "sd", "z")
+        if f"{null}_{score}_{stat}" not in named
+    ]
+    return tuple(cols)
+
+
+class SplitHalfStage(StageBase):
+    """``scores/<method>/K<k>``: split 1's parcellation against split 2's, beside the
+    region-size and spin nulls (:func:`score_pair`)."""
+
+    name = "scores"
+    reads = ("cluster",)
+    columns = _columns()
+    sidecar_section = "SplitHalfScores"
+
+    def plan(self, ctx: RunContext) -> list[Unit]:
+        cfg, wd, splits = ctx.cfg, ctx.wd, list(ctx.splits)
+        common = {
+            "mesh": mesh_digest(*ctx.kept_mesh()),
+            "sphere": cfg.sphere,
+            "min_region_size": cfg.min_region_size,
+            "null_repeats": cfg.null_repeats,
+            "random_state": cfg.random_state,
+            "lsd_dask": __version__,
+        }
+        return [
+            Unit(
+                f"scores/{spec.name}/K{k}",
+                {
+                    **common,
+                    "labels": {s: ctx.fingerprint(f"cluster/{s}/{spec.name}/K{k}") for s in splits},
+                },
+                [wd.folder.join("scores", f"{spec.name}_K{k}.json")],
+                label=f"{spec.name} K={k}",
+                item=(spec.name, k),
+            )
+            for spec in cfg.methods
+            for k in cfg.ks
+        ]
+
+    def load(self, ctx: RunContext, unit: Unit) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(ctx.wd.read_text(unit.outputs[0]))
+        return result
+
+    def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
+        spins = _spins(ctx)
+        units = {u.item: u for u in todo}
+        for job, row in _score_pairs(ctx, spins, list(units)):
+            unit = units[job]
+            ctx.wd.write_text(unit.outputs[0], json.dumps(row, indent=1))
+            spin = f", spin null {row['spin_null_dice_mean']:.3f}" if spins else ""
+            ctx.log(
+                f"[scores] {job[0]} K={job[1]}: Dice {row['dice']:.3f} (null "
+                f"{row['null_dice_mean']:.3f} ± {row['null_dice_sd']:.3f}{spin}), NMI "
+                f"{row['nmi']:.3f} (null {row['null_nmi_mean']:.3f}), AMI {row['ami']:.3f}, "
+                f"ARI {row['ari']:.3f}"
+            )
+            yield unit, row
+
+    def rows(self, ctx: RunContext) -> dict[RowKey, dict[str, Any]]:
+        results = ctx.results.get(self.name, {})
+        return {
+            (spec.name, k): results[f"scores/{spec.name}/K{k}"]
+            for spec in ctx.cfg.methods
+            for k in ctx.cfg.ks
+            if f"scores/{spec.name}/K{k}" in results
+        }
+
+    def explain(self, ctx: RunContext) -> dict[str, str]:
+        cfg = ctx.cfg
+        sphere = find_spheres(ctx.meshes, cfg.sphere)
+        n_spins = cfg.null_repeats if sphere["spheres"] is not None else 0
+        return explain_scores(
+            min_region_size=cfg.min_region_size,
+            null_repeats=cfg.null_repeats,
+            spin_source=sphere["source"] if n_spins else None,
+            n_spins=n_spins,
         )
-    explained = explain_scores(
-        min_region_size=cfg.min_region_size,
-        null_repeats=cfg.null_repeats,
-        spin_source=sphere["source"] if spins else None,
-        n_spins=len(spins or []),
-    )
-    return _scores(ctx, spins), explained
+
+
+def _spins(ctx: RunContext) -> list[np.ndarray] | None:
+    """The spin null's vertex maps (None without a sphere or with ``null_repeats: 0``)."""
+    cfg = ctx.cfg
+    spheres = find_spheres(ctx.meshes, cfg.sphere)["spheres"]
+    if spheres is None or cfg.null_repeats <= 0:
+        return None
+    return spin_indices(spheres, cfg.null_repeats, random_state=[cfg.random_state, 1])
 
 
 def score_pair(
@@ -125,25 +226,6 @@ def explain_scores(
         ),
         "spin_null": spin,
         "z": "z-value of a score against a null: (score - null mean) / null sd (*_z).",
-        "heldout": (
-            "Each split's parcels scored on the other split's data (unit rows of its U·Σ), "
-            "averaged over both directions, each with its z against spins of the "
-            "parcellation: "
-            + "; ".join(f"heldout_{m.name}, {m.explanation}" for m in ev.MEASURES)
-            + ". Blurring the features raises split-half Dice by "
-            "making both splits smooth alike; these measures compare the parcels with data "
-            "the fit never saw, and DCBC compares pairs only at equal distance, so "
-            "smoothness alone cannot raise them. The values use all the held-out data; "
-            "the spins (spins:, 1,000 by default) are scored on a fixed sample of vertices "
-            "(and of the pairs among a second sample for DCBC), the parcellation on the "
-            "same sample for its z."
-        ),
-        "timehalves": (
-            "With held_out: [..., time_halves]: each method fitted at K on one half of every "
-            "subject's time points within a split and scored on the other half, with the "
-            "measures and spins of heldout_*; averaged over the splits and both directions "
-            f"({', '.join(f'timehalves_{m.name}' for m in ev.MEASURES)}, each with its _z)."
-        ),
     }
 
 
@@ -155,34 +237,12 @@ def _nmi(pa: np.ndarray, q: np.ndarray) -> float:
     return metrics.nmi(pa, q, background=0)
 
 
-def _scores(ctx: RunContext, spins: list[np.ndarray] | None) -> list[dict[str, Any]]:
-    """Split-half scores of every method and K (:func:`.scores.score_pair`), in the
-    configuration's order; as tasks on the workers when a cluster is active."""
-    cfg, log = ctx.cfg, ctx.log
-    rows = {}
-    for (method, k), scored in _score_pairs(ctx, spins):
-        row = {"method": method, "k": k}
-        row |= scored
-        row |= _held_out(ctx, method, k)
-        row |= time_halves_rows(ctx, method, k)
-        rows[method, k] = row
-        spin = f", spin null {row['spin_null_dice_mean']:.3f}" if spins else ""
-        log(
-            f"[scores] {method} K={k}: Dice {row['dice']:.3f} (null "
-            f"{row['null_dice_mean']:.3f} ± {row['null_dice_sd']:.3f}{spin}), NMI "
-            f"{row['nmi']:.3f} (null {row['null_nmi_mean']:.3f}), AMI {row['ami']:.3f}, "
-            f"ARI {row['ari']:.3f}"
-        )
-    return [rows[m.name, k] for m in cfg.methods for k in cfg.ks]
-
-
 def _score_pairs(
-    ctx: RunContext, spins: list[np.ndarray] | None
-) -> Iterator[tuple[tuple[str, int], dict[str, Any]]]:
+    ctx: RunContext, spins: list[np.ndarray] | None, jobs: list[RowKey]
+) -> Iterator[tuple[RowKey, dict[str, Any]]]:
     """Each (method, K)'s :func:`score_pair`, as it is done: a task each on the workers
     (the mesh and the spins sent once), else here one after the other."""
     cfg, wd, splits = ctx.cfg, ctx.wd, list(ctx.splits)
-    jobs = [(m.name, k) for m in cfg.methods for k in cfg.ks]
     score = partial(score_pair, min_region_size=cfg.min_region_size, null_repeats=cfg.null_repeats)
 
     client = active_client()
@@ -205,9 +265,3 @@ def _score_pairs(
         yield from finished(client, futures)
 
 
-def _held_out(ctx: RunContext, method: str, k: int) -> dict[str, Any]:
-    """The evaluation stage's means for a row (:mod:`.evaluate`), when it ran."""
-    result = ctx.results.get("evaluate", {}).get(f"evaluate/{method}/K{k}")
-    if result is None:
-        return {}
-    return {f"heldout_{m}": v for m, v in result["mean"].items()}

@@ -13,16 +13,19 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
+import dask.array as da
 import numpy as np
 from distributed import KilledWorker
 
-from ...distributed import active_client, placement, worker_threads
+from ...distributed import active_client, placement, scattered_rows, worker_threads
 from ...io.zarr_store import open_split, verify_split
 from ...linalg import randomized_svd, streaming_svd
 from ...linalg.randomized import svd_task_bytes
 from ...similarity import unit_rows
+from ..engine import placement as memory_rules
 from ..engine.context import RunContext
-from ..engine.contract import Unit
+from ..engine.contract import StageBase, Unit
+from ..engine.workdir import WorkDir
 from ..settings.svd import SvdSettings
 
 __all__ = [
@@ -30,14 +33,17 @@ __all__ = [
     "group_svd",
     "half_rank",
     "half_svd",
+    "split_features",
     "svd_features",
+    "task_features",
 ]
 
 
-class SvdStage:
+class SvdStage(StageBase):
     """``svd/<split>``: U (float32) and the singular values of each split's store."""
 
     name = "svd"
+    reads = ("ingest",)
 
     def plan(self, ctx: RunContext) -> list[Unit]:
         wd = ctx.wd
@@ -45,7 +51,7 @@ class SvdStage:
             Unit(
                 f"svd/{split}",
                 {
-                    "ingest": wd.fingerprint_of(f"ingest/{split}"),
+                    "ingest": ctx.fingerprint(f"ingest/{split}"),
                     "svd": ctx.cfg.svd.split_key(),
                     "random_state": ctx.cfg.random_state,
                 },
@@ -302,3 +308,23 @@ def _verify_on_workers(store: str, storage_options: dict[str, Any]) -> None:
         verify_split(store, storage_options=storage_options)
     else:
         client.run(verify_split, store, storage_options=storage_options)
+
+
+def task_features(root: str, storage_options: Any, split: str, kind: str) -> np.ndarray:
+    """A split's features in this worker's memory (it reads the shared work folder)."""
+    wd = WorkDir(root, lambda line: None, storage_options)
+    F: np.ndarray = split_features(wd, split, kind, in_memory=True)
+    return F
+
+
+def split_features(wd: WorkDir, split: str, kind: str = "us", *, in_memory: bool = False) -> Any:
+    """Unit rows of U·Σ (``kind="us"``) or of U (``"u"``): numpy when small or
+    ``in_memory``, else a dask array persisted on the workers."""
+    U = wd.load_npy(wd.u(split), mmap=True)
+    if in_memory or U.nbytes <= memory_rules.IN_MEMORY_FEATURES_BYTES:
+        F = np.asarray(U)
+    else:
+        # sent to the workers once, not embedded in every graph that reads them
+        F = scattered_rows(U, max(1, min(U.shape[0], 16384)))
+    F = svd_features(F, wd.load_npy(wd.s(split)), kind)
+    return F.persist() if isinstance(F, da.Array) else F

@@ -37,44 +37,63 @@ from ... import evaluation as ev
 from ...cluster._init import shared_starts
 from ...io.zarr_store import open_split
 from ..engine.context import RunContext
-from ..engine.contract import Unit
+from ..engine.contract import Column, RowKey, StageBase, Unit
 from ..engine.log import prefixed
-from ..settings.methods import MethodSpec
-from .blur import chosen_blurs
-from .cluster import estimator_key, fit_labels
+from .cluster import estimator_key, fit_labels, split_estimator
 from .held_out import (
     held_out_scores,
     load_result,
     log_means,
     mean_of,
+    measure_columns,
+    measure_rows,
     scoring_key,
     spin_nulls,
     vertex_pairs,
 )
 from .svd import group_svd, svd_features
 
-__all__ = ["TimeHalvesStage", "time_halves_rows"]
+__all__ = ["TimeHalvesStage"]
 
 #: the report's prefix of these measures (``timehalves_homogeneity``, ...)
 PREFIX = "timehalves_"
 
 
-class TimeHalvesStage:
+class TimeHalvesStage(StageBase):
     """``evaluate_halves/<method>/K<k>``: the held-out measures of each method fitted on
     one time half of a split and scored on the other, in
     ``work/evaluation/halves_<method>_K<k>.json`` (no unit unless ``held_out`` asks)."""
 
     name = "evaluate_halves"
+    reads = ("ingest",)
+    sidecar_section = "TimeHalvesScores"
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        return measure_columns(PREFIX, table=False, title=", time halves")
+
+    def rows(self, ctx: RunContext) -> dict[RowKey, dict[str, Any]]:
+        return measure_rows(ctx, self.name, PREFIX)
+
+    def explain(self, ctx: RunContext) -> dict[str, str]:
+        return {
+            "timehalves": (
+                "With held_out: [..., time_halves]: each method fitted at K on one half of "
+                "every subject's time points within a split and scored on the other half, "
+                "with the measures and spins of heldout_*; averaged over the splits and "
+                f"both directions ({', '.join(f'{PREFIX}{m.name}' for m in ev.MEASURES)}, "
+                "each with its _z)."
+            )
+        }
 
     def plan(self, ctx: RunContext) -> list[Unit]:
         cfg, wd = ctx.cfg, ctx.wd
         if "time_halves" not in cfg.held_out:
             return []
         splits = list(ctx.splits)
-        blur = chosen_blurs(ctx)
         mesh = ctx.kept_mesh()
         common = {
-            "ingest": {s: wd.fingerprint_of(f"ingest/{s}") for s in splits},
+            "ingest": {s: ctx.fingerprint(f"ingest/{s}") for s in splits},
             "svd": cfg.svd.split_key(),
             **scoring_key(ctx),
         }
@@ -86,7 +105,7 @@ class TimeHalvesStage:
                     "method": spec.method,
                     "features_kind": spec.features,
                     "params": {
-                        s: estimator_key(_estimator(ctx, spec, k, blur.get(s), mesh))
+                        s: estimator_key(split_estimator(ctx, spec, k, s, mesh))
                         for s in splits
                     },  # fmt: skip
                 },
@@ -104,7 +123,6 @@ class TimeHalvesStage:
         wd, log, kept = ctx.wd, ctx.log, ctx.kept
         mesh = ctx.kept_mesh()
         pairs = vertex_pairs(ctx)
-        blur = chosen_blurs(ctx)
         # per split, each half's U and singular values, its scoring features (unit rows of
         # U·Σ), their pair correlations and spin null; a split at a time in memory
         results: dict[str, dict[str, Any]] = {u.name: {} for u in todo}
@@ -118,7 +136,7 @@ class TimeHalvesStage:
                 spec, k = unit.item
                 for fitted, other in (("half1", "half2"), ("half2", "half1")):
                     U, s = halves[fitted]
-                    est = _estimator(ctx, spec, k, blur.get(split), mesh)
+                    est = split_estimator(ctx, spec, k, split, mesh)
                     with shared_starts(starts):
                         fit = fit_labels(est, svd_features(U, s, spec.features), kept)
                     results[unit.name][f"{split}_{fitted}_on_{other}"] = held_out_scores(
@@ -136,29 +154,6 @@ class TimeHalvesStage:
             wd.write_text(unit.outputs[0], json.dumps(out, indent=1))
             log_means("evaluate_halves", f"{spec.name} K={k} (time halves)", out["mean"], log)
             yield unit, out
-
-
-def time_halves_rows(ctx: RunContext, method: str, k: int) -> dict[str, Any]:
-    """A score row's time-halves measures (``timehalves_*``), when the stage ran."""
-    result = ctx.results.get(TimeHalvesStage.name, {}).get(f"evaluate_halves/{method}/K{k}")
-    if result is None:
-        return {}
-    return {f"{PREFIX}{m}": v for m, v in result["mean"].items()}
-
-
-def _estimator(
-    ctx: RunContext,
-    spec: MethodSpec,
-    k: int,
-    chosen_blur: float | None,
-    mesh: tuple[np.ndarray, Any],
-) -> Any:
-    """The method's unfitted estimator at K, as the cluster stage builds it."""
-    V, A = mesh
-    return spec.estimator(
-        k, ctx.cfg.random_state, connectivity=A, vertices=V,
-        min_region_size=ctx.cfg.min_region_size, blur_mm=chosen_blur,
-    )  # fmt: skip
 
 
 def _half_svds(ctx: RunContext, split: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

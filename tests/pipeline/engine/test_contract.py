@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 import yaml
 
+from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.pipeline.engine.context import RunContext
-from lsd_dask.pipeline.engine.contract import Unit, run_stage
+from lsd_dask.pipeline.engine.contract import Column, StageBase, Unit, run_stage
 from lsd_dask.pipeline.engine.workdir import WorkDir
 
 
-class Squares:
+class Squares(StageBase):
     """A toy stage: unit i writes i² to a file; ``fail_after`` stops it part-way."""
 
     name = "squares"
@@ -100,40 +101,74 @@ def test_a_stage_that_skips_a_unit_is_an_error(tmp_path):
 
 
 def test_a_new_stage_is_one_line_in_the_stage_list(tmp_path, study, monkeypatch):
-    """A stage that reads the cluster stage's labels runs after it, with its stamps."""
+    """A stage that reads the cluster stage's labels and states one score column: one
+    line in the stage list puts it after the fits, with its stamps, and its column in
+    report.json's rows, report.html's comparison and each label file's sidecar. A plan
+    that takes the fingerprint of a stage it does not name in ``reads`` fails."""
     import lsd_dask.pipeline.stages as plan
 
-    class ParcelSizes:
+    class LargestParcel(StageBase):
         name = "sizes"
+        reads = ("cluster",)
+        columns = (Column("largest_share", "largest parcel share", higher_is_better=False,
+                          sidecar_key="largest_share"),)  # fmt: skip
+        sidecar_section = "ParcelSizes"
 
         def plan(self, ctx):
             return [
-                Unit(f"sizes/{split}", {"labels": ctx.wd.fingerprint_of(
-                    f"cluster/{split}/directional/K5")},  # fmt: skip
-                    [ctx.wd.folder.join(f"sizes_{split}.npy")], label=split, item=split)
-                for split in ctx.splits
+                Unit(f"sizes/{m.name}/K{k}",
+                     {s: ctx.fingerprint(f"cluster/{s}/{m.name}/K{k}") for s in ctx.splits},
+                     [ctx.wd.folder.join(f"sizes_{m.name}_K{k}.json")], item=(m.name, k))
+                for m in ctx.cfg.methods for k in ctx.cfg.ks
             ]  # fmt: skip
 
         def load(self, ctx, unit):
-            return ctx.wd.load_npy(unit.outputs[0])
+            return json.loads(ctx.wd.read_text(unit.outputs[0]))
 
         def compute(self, ctx, todo):
             for u in todo:
-                lab = ctx.wd.load_npy(ctx.wd.labels(u.item, "directional", 5))
-                sizes = np.bincount(lab)[1:]
-                ctx.wd.save_npy(u.outputs[0], sizes)
-                yield u, sizes
+                shares = []
+                for split in ctx.splits:
+                    lab = ctx.wd.load_npy(ctx.wd.labels(split, *u.item))
+                    shares.append(float(np.bincount(lab)[1:].max() / (lab > 0).sum()))
+                value = {"largest_share": float(np.mean(shares))}
+                ctx.wd.write_text(u.outputs[0], json.dumps(value))
+                yield u, value
 
-    monkeypatch.setattr(plan, "STAGES", [*plan.STAGES, ParcelSizes()])
+        def rows(self, ctx):
+            return {tuple(u.split("/")[1:2]) + (int(u.rsplit("K", 1)[1]),): v
+                    for u, v in ctx.results[self.name].items()}  # fmt: skip
+
+    monkeypatch.setattr(plan, "STAGES", [*plan.STAGES, LargestParcel()])
     write_study(study, tmp_path, fmt="gifti")
     cfg = load_config(tmp_path / "pipeline.yaml", ks=[5], null_repeats=0)
     logs: list[str] = []
-    run_pipeline(cfg, log=logs.append)
-    sizes = np.load(cfg.output / "work" / "sizes_split1.npy")
-    assert sizes.size == 5 and sizes.sum() == np.load(cfg.output / "work" / "mask.npy").sum()
+    report = run_pipeline(cfg, log=logs.append)
+    [row] = [r for r in report["scores"] if r["method"] == "directional"]
+    shares = [
+        np.bincount(lab)[1:].max() / (lab > 0).sum()
+        for lab in (np.load(cfg.output / "work" / "labels" / f"{s}_directional_K5.npy")
+                    for s in ("split1", "split2"))
+    ]  # fmt: skip
+    assert row["largest_share"] == pytest.approx(np.mean(shares))
+    saved = json.loads((cfg.output / "report.json").read_text())["scores"]
+    assert [r["largest_share"] for r in saved] == [r["largest_share"] for r in report["scores"]]
+    assert "largest parcel share" in (cfg.output / "report.html").read_text()
+    sidecars = sorted(find_atlas_folder(cfg.output).glob("*atlas-directional_*_dseg.json"))
+    assert sidecars and all(
+        json.loads(p.read_text())["ParcelSizes"] == {"largest_share": row["largest_share"]}
+        for p in sidecars
+    )
     logs.clear()
     run_pipeline(cfg, log=logs.append)
-    assert "[sizes] split2 done earlier, skipped" in logs
+    assert "[sizes] done earlier, skipped" in logs
+
+    class Unnamed(LargestParcel):
+        reads = ()
+
+    monkeypatch.setattr(plan, "STAGES", [*plan.STAGES[:-1], Unnamed()])
+    with pytest.raises(RuntimeError, match="stage cluster is not among the stages"):
+        run_pipeline(cfg, log=logs.append)
 
 
 def _cli(*args: str) -> list[str]:

@@ -115,7 +115,9 @@ def test_a_scoring_task_allocates_no_more_than_its_estimate(tmp_path):
     cfg = load_config(tmp_path / "pipeline.yaml", ks=[5, 10], null_repeats=0, spins=100)
     run_pipeline(cfg, log=lambda line: None)
     with RunContext.open(cfg, lambda line: None, preflight(cfg)[0]) as ctx:
-        units = E.EvaluationStage().plan(ctx)
+        stage = E.EvaluationStage()
+        with ctx.reading(stage.reads):
+            units = stage.plan(ctx)
         jobs = [j for j in E._scorings(ctx, units) if j.split == "split2"]
         V, A = ctx.kept_mesh()
         args = (ctx.wd.root, None, "split2", jobs, V, A, ctx.kept, E.NullSettings.of(ctx))

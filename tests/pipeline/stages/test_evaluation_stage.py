@@ -134,7 +134,7 @@ def test_time_halves_score_each_half_fit_on_the_other_half(tmp_path, study):
     # the planted parcels hold on the other half: far above their spins
     assert row["timehalves_homogeneity_z"] > 3 and row["timehalves_dcbc"] > 0
     assert "timehalves" in report["scores_explained"]
-    assert "homogeneity, time halves" in (cfg.output / "report.html").read_text()
+    assert "held-out homogeneity, time halves" in (cfg.output / "report.html").read_text()
     sidecar = next(find_atlas_folder(cfg.output).glob("*scale-6_*desc-split1_dseg.json"))
     halves_scores = json.loads(sidecar.read_text())["TimeHalvesScores"]
     assert halves_scores["dcbc"] == pytest.approx(row["timehalves_dcbc"])

@@ -67,7 +67,9 @@ def test_the_splits_svds_run_at_once_each_on_a_worker_of_its_own(
             together = {
                 s: (ctx.wd.load_npy(ctx.wd.u(s)), ctx.wd.load_npy(ctx.wd.s(s))) for s in ctx.splits
             }
-            for unit in SvdStage().plan(ctx):  # made again alone, the other split done
+            with ctx.reading(SvdStage.reads):
+                units = SvdStage().plan(ctx)
+            for unit in units:  # made again alone, the other split done
                 assert [u.item for u, _ in SvdStage().compute(ctx, [unit])] == [unit.item]
                 U, s = together[unit.item]
                 np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.u(unit.item)), U)
