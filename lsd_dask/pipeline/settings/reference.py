@@ -5,8 +5,11 @@ Every key's default comes from the dataclass or mapping that defines it
 :class:`~lsd_dask.pipeline.settings.svd.SvdSettings`,
 :class:`~lsd_dask.pipeline.settings.preprocess.PreprocessSettings`,
 :class:`~lsd_dask.pipeline.settings.bids.BidsSettings`, the spatial options of
-:data:`lsd_dask.cluster.SPATIAL_OPTIONS`); :data:`NOTES` says what each key does, and a key
-without a note fails the tests, so the reference cannot fall behind the code.
+:data:`lsd_dask.cluster.SPATIAL_OPTIONS`); :func:`note` says what each key does: a spatial
+option's note is its parameter's description in
+:class:`~lsd_dask.cluster.MeshParcellation`'s docstring (so a new option is one estimator
+parameter), every other key's is in :data:`NOTES`; a key without a note fails the tests, so
+the reference cannot fall behind the code.
 
 ``lsd-dask config`` prints :func:`commented_defaults`; ``docs/pipeline_file.md`` is
 :func:`markdown_reference`
@@ -15,19 +18,20 @@ without a note fails the tests, so the reference cannot fall behind the code.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import MISSING, Field, asdict, fields
 from typing import Any
 
 import yaml
 
-from ...cluster import SPATIAL_OPTIONS
+from ...cluster import SPATIAL_OPTIONS, MeshParcellation
 from .bids import BidsSettings
 from .config import PIPELINE_KEYS, PipelineConfig
 from .methods import DEFAULT_METHOD
 from .preprocess import PreprocessSettings
 from .svd import SvdSettings
 
-__all__ = ["NOTES", "commented_defaults", "defaults", "markdown_reference"]
+__all__ = ["NOTES", "commented_defaults", "defaults", "markdown_reference", "note"]
 
 #: what each key of a pipeline file does (``section.key`` for a section's keys)
 NOTES: dict[str, str] = {
@@ -78,14 +82,6 @@ NOTES: dict[str, str] = {
     "min_region_size": "vertices; smaller connected pieces do not count as regions in the "
     "split-half scores",
     "features": "null: each method's own; us: unit rows of U·Σ; u: unit rows of U",
-    "feature_smoothing_mm": "every method's blur of the SVD features along the mesh (FWHM, "
-    "mm); auto: each split's two halves choose it",
-    "spatial_weight": "every method's Potts penalty per cut mesh edge (directional, "
-    "spherical_kmeans)",
-    "oversegment": "> 1: fit oversegment × K clusters, then merge neighbours on the mesh "
-    "with Ward's linkage down to K",
-    "contiguous": "true: connected parcels, fragments merged",
-    "min_parcel_size": "parcels under this size merge into their most similar neighbour",
     "nonfinite": "error, or mask: drop vertices with NaN/inf in any subject",
     "preprocess": "per subject at ingest, before the SVD (default: nothing)",
     "preprocess.smoothing_mm": "FWHM along the mesh",
@@ -113,6 +109,43 @@ NOTES: dict[str, str] = {
     "compare_atlases": "published parcellations scored beside the run's: schaefer_100..400, "
     "vosdewael_100..400, or {name, dlabel: f.dlabel.nii} / {name, left, right}",
 }
+
+#: what a spatial option can be in a pipeline file beyond its estimator's values
+_PIPELINE_VALUES = {"feature_smoothing_mm": "auto: each split's two halves choose it"}
+
+
+def note(key: str) -> str:
+    """What a pipeline-file key does (``section.key`` for a section's keys)."""
+    if key in SPATIAL_OPTIONS:
+        text = _parameter_notes(MeshParcellation)[key]
+        extra = _PIPELINE_VALUES.get(key)
+        return text.rstrip(".") + (f"; {extra}" if extra else "")
+    return NOTES[key]
+
+
+def _parameter_notes(obj: Any) -> dict[str, str]:
+    """Each parameter's description in ``obj``'s numpydoc ``Parameters`` section, as one
+    line (an empty description: its type line)."""
+    lines = (inspect.getdoc(obj) or "").splitlines()
+    start = lines.index("Parameters") + 2
+    out: dict[str, str] = {}
+    name: str | None = None
+    kind = ""
+    text: list[str] = []
+    for line in lines[start:]:
+        if line and not line.startswith(" "):
+            if set(line) <= {"-"} or line in ("Attributes", "Returns", "Notes", "Examples"):
+                break
+            if name:
+                out[name] = " ".join(text) or kind
+            name, _, kind = (part.strip() for part in line.partition(" : "))
+            text = []
+        elif line.strip():
+            text.append(line.strip())
+    if name:
+        out[name] = " ".join(text) or kind
+    return out
+
 
 #: example values shown for keys with no default (commented out in the printed file)
 _EXAMPLES: dict[str, Any] = {
@@ -160,12 +193,11 @@ def commented_defaults() -> str:
         value = _EXAMPLES[key] if example else values[key]
         prefix = "# " if example else ""
         if key in _SECTIONS and isinstance(value, dict):
-            lines.append(f"{prefix}{key}:{'':<{max(1, 30 - len(key))}}# {NOTES[key]}")
+            lines.append(f"{prefix}{key}:{'':<{max(1, 30 - len(key))}}# {note(key)}")
             for sub, v in value.items():
-                note = NOTES[f"{key}.{sub}"]
-                lines.append(_line(f"{prefix}  {sub}: {_flow(v)}", note))
+                lines.append(_line(f"{prefix}  {sub}: {_flow(v)}", note(f"{key}.{sub}")))
         else:
-            lines.append(_line(f"{prefix}{key}: {_flow(value)}", NOTES[key]))
+            lines.append(_line(f"{prefix}{key}: {_flow(value)}", note(key)))
     return "\n".join(lines) + "\n"
 
 
@@ -176,12 +208,12 @@ def markdown_reference() -> str:
     for key in _keys():
         value = values[key]
         if key in _SECTIONS:
-            rows.append(f"| `{key}` | | {NOTES[key]} |")
+            rows.append(f"| `{key}` | | {note(key)} |")
             for sub, v in value.items():
-                rows.append(f"| `{key}.{sub}` | `{_flow(v)}` | {NOTES[f'{key}.{sub}']} |")
+                rows.append(f"| `{key}.{sub}` | `{_flow(v)}` | {note(f'{key}.{sub}')} |")
         else:
             default = "" if key in _EXAMPLES else f"`{_flow(value)}`"
-            rows.append(f"| `{key}` | {default} | {NOTES[key]} |")
+            rows.append(f"| `{key}` | {default} | {note(key)} |")
     return "\n".join(
         [
             "# The pipeline file",

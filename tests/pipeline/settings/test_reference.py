@@ -21,6 +21,7 @@ from lsd_dask.pipeline.settings.reference import (
     commented_defaults,
     defaults,
     markdown_reference,
+    note,
 )
 from lsd_dask.pipeline.settings.svd import SvdSettings
 
@@ -32,8 +33,21 @@ def test_every_key_and_no_other_has_a_note():
     keys = set(PIPELINE_KEYS) | {
         f"{name}.{f.name}" for name, cls in sections.items() for f in fields(cls)
     }
-    assert set(NOTES) == keys
+    assert set(NOTES) | set(SPATIAL_OPTIONS) == keys and not set(NOTES) & set(SPATIAL_OPTIONS)
+    assert all(note(key) for key in keys)
     assert set(defaults()) == set(PIPELINE_KEYS)
+
+
+def test_a_spatial_options_note_is_its_estimator_parameters_description():
+    """A spatial option needs no note of its own: the reference reads its description from
+    ``MeshParcellation``'s numpydoc Parameters section."""
+    import inspect
+
+    from lsd_dask.cluster import MeshParcellation
+
+    doc = " ".join(inspect.getdoc(MeshParcellation).split())
+    for key in SPATIAL_OPTIONS:
+        assert note(key).split("; auto")[0] in doc, key
 
 
 def test_the_printed_defaults_are_what_a_file_without_them_gets(tmp_path, study):
