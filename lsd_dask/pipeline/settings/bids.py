@@ -10,12 +10,13 @@ go into the same split. Confounds are found beside each BOLD file by nilearn's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...io.bids_index import FILTERS, BoldRun, find_bold
 from ...io.surface_files import SubjectFiles
+from .files import setting
 
 __all__ = ["BidsSettings", "bids_subjects"]
 
@@ -35,16 +36,20 @@ class BidsSettings:
         ``fsLR``, fMRIPrep's CIFTI output (``den-91k``).
     """
 
-    root: str
-    participant_label: list[str] = field(default_factory=list)
-    space: str | None = "fsLR"
-    den: str | None = None
-    res: str | None = None
-    task: str | None = None
-    ses: str | None = None
-    run: str | None = None
-    acq: str | None = None
-    desc: str | None = None
+    root: str = setting(note="the derivatives folder, holding sub-*/[ses-*/]func/")
+    participant_label: list[str] = setting(
+        factory=list, note=("participants to keep, with or without sub- (empty: all)")
+    )
+    space: str | None = setting(
+        "fsLR", note=("the BOLD files' space (fsLR: fMRIPrep's CIFTI; fsaverage5: GIFTI pairs)")
+    )
+    den: str | None = setting(None, note="their density, e.g. 91k (null: any)")
+    res: str | None = setting(None, note="their resolution (null: any)")
+    task: str | None = setting(None, note="their task, e.g. rest (null: any)")
+    ses: str | None = setting(None, note="their session (null: all, each a subject id of its own)")
+    run: str | None = setting(None, note="their run (null: all, each a subject id of its own)")
+    acq: str | None = setting(None, note="their acquisition (null: any)")
+    desc: str | None = setting(None, note="their description (null: any)")
 
     @classmethod
     def from_mapping(cls, raw: Any, base: Path) -> BidsSettings:

@@ -28,6 +28,7 @@ from ...io.surface_files import READERS, SubjectFiles
 from . import files
 from .atlases import AtlasSpec, parse_atlases
 from .bids import BidsSettings, bids_subjects
+from .files import minimum_of, setting
 from .methods import MethodSpec, check_options, default_methods, numbers, parse_methods
 from .preprocess import PreprocessSettings
 from .splits import check_splits, halve
@@ -44,12 +45,34 @@ SVD_DEFAULTS: dict[str, Any] = asdict(SvdSettings())
 class PipelineConfig:
     """The resolved settings of one run (written to ``report.json``)."""
 
-    subjects: list[SubjectFiles]
-    mesh: dict[str, str]
-    output: Path
-    splits: dict[str, list[str]] | None = None
+    subjects: list[SubjectFiles] = setting(
+        note=(
+            "each subject: {id: sub-01, cifti: f.dtseries.nii}, or {id, left: L.func.gii, right: "
+            "R.func.gii}, or {id, zarr: x.zarr}; time_slice: [start, stop] keeps part of a run"
+        )
+    )
+    mesh: dict[str, str] = setting(
+        note=(
+            "{left: lh.surf.gii, right: rh.surf.gii}, or conte69 / fsaverage5; null: the standard"
+            " mesh with the data's vertex count"
+        )
+    )
+    output: Path = setting(note="the output folder (relative to this file)")
+    splits: dict[str, list[str]] | None = setting(
+        None,
+        note=(
+            "null: the sorted participants halved; random: halved at random (random_state); or "
+            "{split1: [ids], split2: [ids]}"
+        ),
+    )
     #: the fMRIPrep tree the subjects were found in (``bids:``), if any
-    bids: BidsSettings | None = None
+    bids: BidsSettings | None = setting(
+        None,
+        note=(
+            "an fMRIPrep derivatives tree as input (ids from sub-; a participant's runs stay in "
+            "one split)"
+        ),
+    )
     #: subject id -> participant, where a participant has several runs (each run a subject
     #: id; a participant's runs go into one split)
     participants: dict[str, str] = field(default_factory=dict)
@@ -57,49 +80,109 @@ class PipelineConfig:
     mesh_source: str = "given"
     #: the methods to run, each with its spatial settings (``methods:`` in the file; the
     #: top-level spatial settings below are every method's defaults)
-    methods: list[MethodSpec] = field(
-        default_factory=lambda: parse_methods(default_methods({}), {})
+    methods: list[MethodSpec] = setting(
+        factory=lambda: parse_methods(default_methods({}), {}),
+        note=(
+            "method names (directional, lsd, hierarchical_lsd, spherical_kmeans, kmeans, "
+            "spectral, ward: no spatial option), or variants {name, method, <spatial option>...}"
+        ),
     )
-    ks: list[int] = field(default_factory=lambda: [50, 100])
-    svd: SvdSettings = field(default_factory=SvdSettings)
-    min_region_size: int = 20
-    nonfinite: str = "error"
-    cluster: str | dict[str, Any] | None = None
-    random_state: int = 0
+    ks: list[int] = setting(factory=lambda: [50, 100], note="the cluster counts K", minimum=2)
+    svd: SvdSettings = setting(factory=SvdSettings, note="the group SVD of each split")
+    min_region_size: int = setting(
+        20,
+        minimum=1,
+        note=(
+            "vertices; smaller connected pieces do not count as regions in the split-half scores"
+        ),
+    )
+    nonfinite: str = setting(
+        "error", note=("error, or mask: drop vertices with NaN/inf in any subject")
+    )
+    cluster: str | dict[str, Any] | None = setting(
+        None, note=("a cluster_configs/*.yaml, or a scheduler address (null: a local cluster)")
+    )
+    random_state: int = setting(0, note="the seed of every random draw", minimum=0)
     #: repeats of the split-half scores' nulls (each regrows or spins every region)
-    null_repeats: int = 5
+    null_repeats: int = setting(
+        5, note=("repeats of the split-half scores' region-size and spin nulls"), minimum=0
+    )
     #: spins of each parcellation for the held-out measures' null (scored on a sample of
     #: the vertices: :class:`lsd_dask.evaluation.SpinNull`); 0: no z-scores
-    spins: int = 1000
+    spins: int = setting(
+        1000, note="spins per parcellation for the held-out measures' z (0: none)", minimum=0
+    )
     #: how a run knows an input file is unchanged: ``stat`` (path, size, mtime) or
     #: ``content`` (a SHA-1 of its bytes; :func:`.ingest.input_identities`)
-    input_identity: str = "stat"
+    input_identity: str = setting(
+        "stat",
+        note=(
+            "stat: an input is unchanged when its size and mtime are; content: a SHA-1 of every "
+            "byte (one more read of the inputs)"
+        ),
+    )
     #: the held-out scores to compute: ``splits`` (each split's parcels on the other
     #: split's data, :mod:`.evaluate`) and ``time_halves`` (fitted on one half of a split's
     #: time points, scored on the other, :mod:`.evaluate_halves`)
-    held_out: list[str] = field(default_factory=lambda: ["splits"])
+    held_out: list[str] = setting(
+        factory=lambda: ["splits"],
+        note=(
+            "splits: each split's parcels scored on the other split's data; add time_halves to "
+            "fit on one half of a split's time points and score on the other"
+        ),
+    )
     #: the features clustered, unit-normalised, for every method: rows of U·Σ ("us") or of
     #: U ("u"); None: each method's own default
     #: (:data:`~lsd_dask.pipeline.settings.methods.METHODS`)
-    features: str | None = None
+    features: str | None = setting(
+        None, note=("null: each method's own; us: unit rows of U·Σ; u: unit rows of U")
+    )
     #: every method's spatial options, as given at the top level of the file (a variant's
     #: own win); their names, defaults and bounds are
     #: :class:`lsd_dask.cluster.MeshParcellation`'s, ``feature_smoothing_mm`` may be "auto"
     spatial: dict[str, Any] = field(default_factory=dict)
     #: where the stores, SVD results and labels go: ``<output>/work`` (None), another
     #: folder, or an fsspec URL that every worker can read (``s3://bucket/run/work``)
-    work: str | None = None
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    work: str | None = setting(
+        None,
+        note=(
+            "null: <output>/work; or a folder or URL every worker reads, e.g. s3://bucket/run/work"
+        ),
+    )
+    storage_options: dict[str, Any] = setting(
+        factory=dict, note=("fsspec options for a work URL (key, secret, endpoint...)")
+    )
     #: spherical registrations of the meshes (GIFTI, vertex for vertex) for the spin null;
     #: None: found for fsaverage5 and 32k_fs_LR (see :func:`lsd_dask.spin.find_spheres`)
-    sphere: dict[str, str] | None = None
+    sphere: dict[str, str] | None = setting(
+        None,
+        note=(
+            "{left: lh.sphere.surf.gii, right: ...} for the spin nulls (null: found for "
+            "fsaverage5 and 32k_fs_LR)"
+        ),
+    )
     #: inflated (or very inflated) surfaces to draw the figures on, vertex for vertex with
     #: ``mesh``; None: nilearn's inflated fsaverage5 for fsaverage5, else ``mesh`` itself
-    display_mesh: dict[str, str] | None = None
+    display_mesh: dict[str, str] | None = setting(
+        None,
+        note=(
+            "{left: lh.inflated.surf.gii, right: ...} to draw the figures on (null: nilearn's "
+            "inflated fsaverage5 for fsaverage5, else the mesh)"
+        ),
+    )
     #: per-subject smoothing, detrending, band-pass and confound regression at ingest
-    preprocess: PreprocessSettings = field(default_factory=PreprocessSettings)
+    preprocess: PreprocessSettings = setting(
+        factory=PreprocessSettings,
+        note=("per subject at ingest, before the SVD (default: nothing)"),
+    )
     #: published parcellations scored beside the run's (:mod:`.atlases`)
-    compare_atlases: list[AtlasSpec] = field(default_factory=list)
+    compare_atlases: list[AtlasSpec] = setting(
+        factory=list,
+        note=(
+            "published parcellations scored beside the run's: schaefer_100..400, "
+            "vosdewael_100..400, or {name, dlabel: f.dlabel.nii} / {name, left, right}"
+        ),
+    )
 
     @property
     def work_url(self) -> str:
@@ -161,8 +244,13 @@ class PipelineConfig:
 
     def validate(self) -> None:
         """Checks that need no data: names, numbers, duplicates, split membership."""
-        if not self.ks or any(int(k) < 2 for k in self.ks):
-            raise ValueError(f"ks must be integers >= 2, got {self.ks}.")
+        if not self.ks:
+            raise ValueError("ks: a list of cluster counts, got none.")
+        # the API's config is held to the bounds the pipeline file is (one place: the field)
+        least = minimum_of(PipelineConfig, "ks")
+        _distinct_ks([files.int_setting(k, "ks", least) for k in self.ks])
+        for name, value in _integers(vars(self)).items():
+            files.int_setting(value, name, minimum_of(PipelineConfig, name))
         if self.nonfinite not in ("error", "mask"):
             raise ValueError("nonfinite must be 'error' or 'mask'.")
         if self.input_identity not in ("stat", "content"):
@@ -224,9 +312,9 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         subjects += found
     if not subjects:
         raise ValueError("no subjects: give 'subjects', 'globs' or 'bids' in the pipeline file.")
-    random_state = files.int_setting(
-        raw.get("random_state", _default("random_state")), "random_state", 0
-    )
+    # every integer setting at its field's default and checked against its field's bound
+    integers = _integers({name: raw.get(name, _default(name)) for name in _INTEGERS})
+    random_state = integers["random_state"]
     splits = raw.get("splits")
     if splits == "random":
         splits = halve([s.subject for s in subjects], participants, random_state=random_state)
@@ -248,20 +336,13 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         output=files.resolve(raw.get("output", "lsd_dask_output"), base),
         splits={str(k): [str(i) for i in v] for k, v in splits.items()} if splits else None,
         methods=methods,
-        ks=_distinct_ks([files.int_setting(k, "ks", 2) for k in ks]),
+        ks=[files.int_setting(k, "ks", minimum_of(PipelineConfig, "ks")) for k in ks],
         svd=svd,
-        min_region_size=files.int_setting(
-            raw.get("min_region_size", _default("min_region_size")), "min_region_size", 1
-        ),
         nonfinite=str(raw.get("nonfinite", _default("nonfinite"))),
         cluster=files.cluster(raw.get("cluster"), base),
-        random_state=random_state,
-        null_repeats=files.int_setting(
-            raw.get("null_repeats", _default("null_repeats")), "null_repeats", 0
-        ),
-        spins=files.int_setting(raw.get("spins", _default("spins")), "spins", 0),
-        held_out=_held_out(raw.get("held_out", ["splits"])),
-        input_identity=str(raw.get("input_identity", "stat")),
+        **integers,
+        held_out=_held_out(raw.get("held_out", _default("held_out"))),
+        input_identity=str(raw.get("input_identity", _default("input_identity"))),
         features=features,
         spatial=spatial,
         work=files.work(raw.get("work"), base),
@@ -321,3 +402,16 @@ def _check_features(v: Any) -> str | None:
     return v  # type: ignore[no-any-return]
 
 
+#: the integer settings besides ``ks`` (a field with a ``minimum``)
+_INTEGERS = tuple(
+    f.name for f in fields(PipelineConfig) if "minimum" in f.metadata and f.name != "ks"
+)
+
+
+def _integers(values: dict[str, Any]) -> dict[str, int]:
+    """The integer settings among ``values``, each checked against its field's bound."""
+    return {
+        name: files.int_setting(values[name], name, minimum_of(PipelineConfig, name))
+        for name in _INTEGERS
+        if name in values
+    }

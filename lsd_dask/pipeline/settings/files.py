@@ -8,6 +8,8 @@ import difflib
 import glob
 import os
 import re
+from collections.abc import Callable
+from dataclasses import MISSING, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,8 @@ from ...io.surface_files import READERS, SubjectFiles, file_keys, vertex_counts
 
 __all__ = [
     "FILE_PART",
+    "minimum_of",
+    "setting",
     "check_keys",
     "cluster",
     "file_part",
@@ -25,6 +29,28 @@ __all__ = [
     "subjects",
     "work",
 ]
+
+
+def setting(
+    default: Any = MISSING,
+    *,
+    note: str,
+    minimum: int | None = None,
+    factory: Callable[[], Any] | None = None,
+) -> Any:
+    """A settings field: its default (or ``factory``), its note in the pipeline-file
+    reference and, for an integer, the least value it takes (:func:`minimum_of`)."""
+    metadata = {"note": note, **({"minimum": minimum} if minimum is not None else {})}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def minimum_of(cls: Any, name: str) -> int:
+    """The least value of the integer setting ``name`` of the settings class ``cls``."""
+    minimum: int = next(f for f in fields(cls) if f.name == name).metadata["minimum"]
+    return minimum
+
 
 #: what a name that becomes part of a file name may be: letters, digits, "_" and "-"
 FILE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")

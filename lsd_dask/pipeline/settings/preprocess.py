@@ -4,11 +4,12 @@ time series at ingest, before the group SVD (:mod:`lsd_dask.pipeline.stages.prep
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ...io.surface_files import SubjectFiles, subject_t_r
+from .files import setting
 
 __all__ = ["DENOISE_PRESETS", "PreprocessSettings", "denoise_setting", "subject_t_r_of"]
 
@@ -41,14 +42,27 @@ class PreprocessSettings:
         global_signal, scrub, high_pass...). Scrubbed volumes are left out of the data.
     """
 
-    smoothing_mm: float = 0.0
-    detrend: bool = False
-    high_pass: float | None = None
-    low_pass: float | None = None
-    t_r: float | None = None
-    confounds: str | None = None
-    confound_columns: list[str] = field(default_factory=list)
-    denoise: dict[str, Any] | None = None
+    smoothing_mm: float = setting(0.0, note="FWHM along the mesh")
+    detrend: bool = setting(False, note="remove each vertex's linear trend")
+    high_pass: float | None = setting(
+        None, note=("Hz, e.g. 0.01 (nilearn's signal.clean, Butterworth)")
+    )
+    low_pass: float | None = setting(None, note="Hz, e.g. 0.1")
+    t_r: float | None = setting(None, note="seconds; null: from each file")
+    confounds: str | None = setting(
+        None, note=("a TSV per subject, e.g. confounds/{subject}_desc-confounds_timeseries.tsv")
+    )
+    confound_columns: list[str] = setting(
+        factory=list, note=("its columns to regress out, e.g. [trans_x, csf, white_matter]")
+    )
+    denoise: dict[str, Any] | None = setting(
+        None,
+        note=(
+            "nilearn's load_confounds beside each fMRIPrep BOLD file: a preset (simple, "
+            "scrubbing, compcor, ica_aroma), strategies [motion, wm_csf, global_signal, scrub, "
+            "high_pass] or {strategy: [...], motion: basic, ...}"
+        ),
+    )
 
     @property
     def temporal(self) -> bool:
@@ -87,8 +101,10 @@ class PreprocessSettings:
             raise ValueError(
                 f"{where}: unknown key(s) {unknown} in preprocess; known: {sorted(known)}."
             )
-        smoothing = _number(raw.get("smoothing_mm", 0.0), "preprocess.smoothing_mm", 0.0)
-        detrend = raw.get("detrend", False)
+        smoothing = _number(
+            raw.get("smoothing_mm", cls.smoothing_mm), "preprocess.smoothing_mm", 0.0
+        )
+        detrend = raw.get("detrend", cls.detrend)
         if not isinstance(detrend, bool):
             raise ValueError(f"preprocess.detrend: true or false, got {detrend!r}.")
         hp, lp, tr = (
@@ -98,7 +114,7 @@ class PreprocessSettings:
         if hp is not None and lp is not None and hp >= lp:
             raise ValueError(f"preprocess: high_pass ({hp} Hz) must be below low_pass ({lp} Hz).")
         conf = raw.get("confounds")
-        cols = raw.get("confound_columns", [])
+        cols = raw.get("confound_columns", cls().confound_columns)
         if conf is not None:
             if not isinstance(conf, str) or "{subject}" not in conf:
                 raise ValueError(

@@ -8,8 +8,8 @@ Every key's default comes from the dataclass or mapping that defines it
 :data:`lsd_dask.cluster.SPATIAL_OPTIONS`); :func:`note` says what each key does: a spatial
 option's note is its parameter's description in
 :class:`~lsd_dask.cluster.MeshParcellation`'s docstring (so a new option is one estimator
-parameter), every other key's is in :data:`NOTES`; a key without a note fails the tests, so
-the reference cannot fall behind the code.
+parameter), every other key's is on its settings field (with its default and bound); a key
+without a note fails the tests, so the reference cannot fall behind the code.
 
 ``lsd-dask config`` prints :func:`commented_defaults`; ``docs/pipeline_file.md`` is
 :func:`markdown_reference`
@@ -33,81 +33,11 @@ from .svd import SvdSettings
 
 __all__ = ["NOTES", "commented_defaults", "defaults", "markdown_reference", "note"]
 
-#: what each key of a pipeline file does (``section.key`` for a section's keys)
+#: what the pipeline-file keys that are no settings field do (every other key's note is on
+#: its field: :func:`lsd_dask.pipeline.settings.files.setting`)
 NOTES: dict[str, str] = {
-    "subjects": "each subject: {id: sub-01, cifti: f.dtseries.nii}, or {id, left: "
-    "L.func.gii, right: R.func.gii}, or {id, zarr: x.zarr}; time_slice: [start, stop] keeps "
-    "part of a run",
     "globs": 'subjects found by pattern, e.g. {cifti: "data/*.dtseries.nii"} or {left: '
     '"data/*.L.func.gii", right: "data/*.R.func.gii"}; the id is the file stem',
-    "bids": "an fMRIPrep derivatives tree as input (ids from sub-; a participant's runs stay "
-    "in one split)",
-    "bids.root": "the derivatives folder, holding sub-*/[ses-*/]func/",
-    "bids.participant_label": "participants to keep, with or without sub- (empty: all)",
-    "bids.space": "the BOLD files' space (fsLR: fMRIPrep's CIFTI; fsaverage5: GIFTI pairs)",
-    "bids.den": "their density, e.g. 91k (null: any)",
-    "bids.res": "their resolution (null: any)",
-    "bids.task": "their task, e.g. rest (null: any)",
-    "bids.ses": "their session (null: all, each a subject id of its own)",
-    "bids.run": "their run (null: all, each a subject id of its own)",
-    "bids.acq": "their acquisition (null: any)",
-    "bids.desc": "their description (null: any)",
-    "splits": "null: the sorted participants halved; random: halved at random "
-    "(random_state); or {split1: [ids], split2: [ids]}",
-    "mesh": "{left: lh.surf.gii, right: rh.surf.gii}, or conte69 / fsaverage5; null: the "
-    "standard mesh with the data's vertex count",
-    "display_mesh": "{left: lh.inflated.surf.gii, right: ...} to draw the figures on "
-    "(null: nilearn's inflated fsaverage5 for fsaverage5, else the mesh)",
-    "sphere": "{left: lh.sphere.surf.gii, right: ...} for the spin nulls (null: found for "
-    "fsaverage5 and 32k_fs_LR)",
-    "methods": "method names (directional, lsd, hierarchical_lsd, spherical_kmeans, kmeans, "
-    "spectral, ward: no spatial option), or variants {name, method, <spatial option>...}",
-    "ks": "the cluster counts K",
-    "svd": "the group SVD of each split",
-    "svd.method": "randomized (passes over the data) or streaming (one pass)",
-    "svd.rank": "singular vectors kept (at most half of a split's time points is sensible)",
-    "svd.n_power_iter": "power iterations of the randomized SVD",
-    "svd.fuse_passes": "one read of the data per power iteration (q + 2 reads in all)",
-    "svd.final_pass": "false: the last power iteration's row basis stands in for the last "
-    "read (q + 1 reads; accuracy between q - 1 and q iterations); true where fuse_passes is "
-    "false or n_power_iter 0",
-    "svd.test_matrix": "sparse (8 entries ±1 a row; its product a quarter of a Gaussian "
-    "one's) or gaussian: the randomized SVD's test matrix",
-    "svd.sketch_width": "the first sketch reads whole subjects, drawn at random, until they "
-    "hold sketch_width × (rank + 10) time points (the power iterations read them all); 0: "
-    "every subject, the default where n_power_iter is 0",
-    "svd.n_keep": "streaming SVD: rows kept between blocks (null: its default)",
-    "svd.blur_halves_start": "split: the blur choice's half SVDs start from the split's U "
-    "(one read of each half); sketch: from their own sketch, as the split's SVD",
-    "min_region_size": "vertices; smaller connected pieces do not count as regions in the "
-    "split-half scores",
-    "features": "null: each method's own; us: unit rows of U·Σ; u: unit rows of U",
-    "nonfinite": "error, or mask: drop vertices with NaN/inf in any subject",
-    "preprocess": "per subject at ingest, before the SVD (default: nothing)",
-    "preprocess.smoothing_mm": "FWHM along the mesh",
-    "preprocess.detrend": "remove each vertex's linear trend",
-    "preprocess.high_pass": "Hz, e.g. 0.01 (nilearn's signal.clean, Butterworth)",
-    "preprocess.low_pass": "Hz, e.g. 0.1",
-    "preprocess.t_r": "seconds; null: from each file",
-    "preprocess.confounds": "a TSV per subject, e.g. confounds/{subject}_desc-confounds"
-    "_timeseries.tsv",
-    "preprocess.confound_columns": "its columns to regress out, e.g. [trans_x, csf, white_matter]",
-    "preprocess.denoise": "nilearn's load_confounds beside each fMRIPrep BOLD file: a "
-    "preset (simple, scrubbing, compcor, ica_aroma), strategies [motion, wm_csf, "
-    "global_signal, scrub, high_pass] or {strategy: [...], motion: basic, ...}",
-    "output": "the output folder (relative to this file)",
-    "work": "null: <output>/work; or a folder or URL every worker reads, e.g. s3://bucket/run/work",
-    "storage_options": "fsspec options for a work URL (key, secret, endpoint...)",
-    "cluster": "a cluster_configs/*.yaml, or a scheduler address (null: a local cluster)",
-    "random_state": "the seed of every random draw",
-    "null_repeats": "repeats of the split-half scores' region-size and spin nulls",
-    "spins": "spins per parcellation for the held-out measures' z (0: none)",
-    "input_identity": "stat: an input is unchanged when its size and mtime are; content: "
-    "a SHA-1 of every byte (one more read of the inputs)",
-    "held_out": "splits: each split's parcels scored on the other split's data; add "
-    "time_halves to fit on one half of a split's time points and score on the other",
-    "compare_atlases": "published parcellations scored beside the run's: schaefer_100..400, "
-    "vosdewael_100..400, or {name, dlabel: f.dlabel.nii} / {name, left, right}",
 }
 
 #: what a spatial option can be in a pipeline file beyond its estimator's values
@@ -120,6 +50,11 @@ def note(key: str) -> str:
         text = _parameter_notes(MeshParcellation)[key]
         extra = _PIPELINE_VALUES.get(key)
         return text.rstrip(".") + (f"; {extra}" if extra else "")
+    section, _, name = key.rpartition(".")
+    owner = _SECTIONS[section] if section else PipelineConfig
+    field = next((f for f in fields(owner) if f.name == name), None)
+    if field is not None and "note" in field.metadata:
+        return str(field.metadata["note"])
     return NOTES[key]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ...linalg.sketch import TEST_MATRICES
 from . import files
+from .files import minimum_of, setting
 
 __all__ = ["HALVES_STARTS", "SvdSettings"]
 
@@ -75,15 +76,51 @@ class SvdSettings:
         which the split's U has seen.
     """
 
-    method: str = "randomized"
-    rank: int = 1000
-    n_power_iter: int = 2
-    fuse_passes: bool = True
-    final_pass: bool = False
-    test_matrix: str = "sparse"
-    sketch_width: float = 8.0
-    n_keep: int | None = None
-    blur_halves_start: str = "split"
+    method: str = setting(
+        "randomized", note=("randomized (passes over the data) or streaming (one pass)")
+    )
+    rank: int = setting(
+        1000,
+        note=("singular vectors kept (at most half of a split's time points is sensible)"),
+        minimum=1,
+    )
+    n_power_iter: int = setting(2, note="power iterations of the randomized SVD", minimum=0)
+    fuse_passes: bool = setting(
+        True, note=("one read of the data per power iteration (q + 2 reads in all)")
+    )
+    final_pass: bool = setting(
+        False,
+        note=(
+            "false: the last power iteration's row basis stands in for the last read (q + 1 "
+            "reads; accuracy between q - 1 and q iterations); true where fuse_passes is false or "
+            "n_power_iter 0"
+        ),
+    )
+    test_matrix: str = setting(
+        "sparse",
+        note=(
+            "sparse (8 entries ±1 a row; its product a quarter of a Gaussian one's) or gaussian: "
+            "the randomized SVD's test matrix"
+        ),
+    )
+    sketch_width: float = setting(
+        8.0,
+        note=(
+            "the first sketch reads whole subjects, drawn at random, until they hold sketch_width"
+            " × (rank + 10) time points (the power iterations read them all); 0: every subject, "
+            "the default where n_power_iter is 0"
+        ),
+    )
+    n_keep: int | None = setting(
+        None, note=("streaming SVD: rows kept between blocks (null: its default)"), minimum=1
+    )
+    blur_halves_start: str = setting(
+        "split",
+        note=(
+            "split: the blur choice's half SVDs start from the split's U (one read of each half);"
+            " sketch: from their own sketch, as the split's SVD"
+        ),
+    )
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any], where: str) -> SvdSettings:
@@ -104,7 +141,9 @@ class SvdSettings:
             )
         n_keep = raw.get("n_keep")
         n_power_iter = files.int_setting(
-            raw.get("n_power_iter", cls.n_power_iter), "svd.n_power_iter", 0
+            raw.get("n_power_iter", cls.n_power_iter),
+            "svd.n_power_iter",
+            minimum_of(cls, "n_power_iter"),
         )
         if "final_pass" not in raw and not _row_basis_possible(flags["fuse_passes"], n_power_iter):
             flags["final_pass"] = True  # the default where the other settings rule it out
@@ -127,11 +166,15 @@ class SvdSettings:
         return cls(
             method=method,
             blur_halves_start=blur_halves_start,
-            rank=files.int_setting(raw.get("rank", cls.rank), "svd.rank", 1),
+            rank=files.int_setting(raw.get("rank", cls.rank), "svd.rank", minimum_of(cls, "rank")),
             n_power_iter=n_power_iter,
             test_matrix=test_matrix,
             sketch_width=float(sketch_width),
-            n_keep=None if n_keep is None else files.int_setting(n_keep, "svd.n_keep", 1),
+            n_keep=(
+                None
+                if n_keep is None
+                else files.int_setting(n_keep, "svd.n_keep", minimum_of(cls, "n_keep"))
+            ),
             **flags,
         )
 
