@@ -312,7 +312,7 @@ def _free_bytes() -> int:
 def run_child(args: argparse.Namespace, inputs: Path, n_subjects: int) -> dict[str, Any]:
     """One cohort: the first ``n_subjects`` of each split; its measurements."""
     from lsd_dask.pipeline.run import run_pipeline
-    from lsd_dask.pipeline.settings.config import load_config
+    from lsd_dask.pipeline.settings.load import load_config
 
     raw = yaml.safe_load((inputs / "pipeline.yaml").read_text())
     splits = {k: v[:n_subjects] for k, v in raw["splits"].items()}

@@ -123,7 +123,7 @@ def main() -> None:
 def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     """One pipeline run on ``n_workers`` single-threaded workers; the measurements."""
     from lsd_dask.pipeline.run import run_pipeline
-    from lsd_dask.pipeline.settings.config import load_config
+    from lsd_dask.pipeline.settings.load import load_config
 
     burst = gemm_gflops(n_workers)
     sustained = [sustained_gflops(n_workers)]

@@ -140,7 +140,7 @@ def _finished_run(path: Path) -> tuple[Any, np.ndarray, np.ndarray, list[np.ndar
     every vertex) and spheres."""
     from lsd_dask.pipeline.engine.context import RunContext
     from lsd_dask.pipeline.run import preflight
-    from lsd_dask.pipeline.settings.config import load_config
+    from lsd_dask.pipeline.settings.load import load_config
     from lsd_dask.pipeline.stages.svd import svd_features
 
     cfg = load_config(path)

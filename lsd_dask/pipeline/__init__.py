@@ -3,7 +3,8 @@
 from ..datasets.studies import synthesize, synthesize_realistic, write_study
 from .demo import run_demo
 from .run import preflight, run_pipeline
-from .settings.config import PipelineConfig, load_config
+from .settings.config import PipelineConfig
+from .settings.load import load_config
 
 __all__ = [
     "PipelineConfig",

@@ -15,7 +15,7 @@ from .._logging import get_log
 from ..datasets.studies import synthesize
 from ..distributed import connect
 from .run import run_pipeline
-from .settings.config import load_config
+from .settings.load import load_config
 
 __all__ = ["run_demo"]
 

@@ -3,6 +3,7 @@
 methods table and the pipeline-file reference generated from them. Nothing here runs a
 stage; the engine, the stages and the products import these."""
 
-from .config import PipelineConfig, load_config
+from .config import PipelineConfig
+from .load import load_config
 
 __all__ = ["PipelineConfig", "load_config"]

@@ -1,7 +1,9 @@
-"""Pipeline configuration: defaults < YAML file < command-line overrides.
+"""The resolved settings of a run (:class:`PipelineConfig`), one field per setting with its
+default, note and bound, and the checks they take (:meth:`PipelineConfig.validate`);
+:mod:`.load` reads a pipeline file into them.
 
 Every key of a pipeline file, its default and what it does are listed in
-``docs/pipeline_file.md``, generated from the definitions here by :mod:`.reference`;
+``docs/pipeline_file.md``, generated from the fields here by :mod:`.reference`;
 ``lsd-dask config`` prints them as a commented file. A minimal file::
 
     subjects:
@@ -16,25 +18,23 @@ an installed package.
 
 from __future__ import annotations
 
-import copy
 import os
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ...cluster import SPATIAL_OPTIONS
-from ...io.settings_yaml import read_settings
 from ...io.surface_files import READERS, SubjectFiles
 from . import files
-from .atlases import AtlasSpec, parse_atlases
-from .bids import BidsSettings, bids_subjects
+from .atlases import AtlasSpec
+from .bids import BidsSettings
 from .files import minimum_of, setting
-from .methods import MethodSpec, check_options, default_methods, numbers, parse_methods
+from .methods import MethodSpec, default_methods, numbers, parse_methods
 from .preprocess import PreprocessSettings
 from .splits import check_splits, halve
 from .svd import SvdSettings
 
-__all__ = ["PIPELINE_KEYS", "PipelineConfig", "load_config"]
+__all__ = ["INTEGER_SETTINGS", "PipelineConfig", "check_features", "integer_settings"]
 
 
 #: the SVD defaults as a mapping (from :class:`SvdSettings`)
@@ -249,7 +249,7 @@ class PipelineConfig:
         # the API's config is held to the bounds the pipeline file is (one place: the field)
         least = minimum_of(PipelineConfig, "ks")
         _distinct_ks([files.int_setting(k, "ks", least) for k in self.ks])
-        for name, value in _integers(vars(self)).items():
+        for name, value in integer_settings(vars(self)).items():
             files.int_setting(value, name, minimum_of(PipelineConfig, name))
         if self.nonfinite not in ("error", "mask"):
             raise ValueError("nonfinite must be 'error' or 'mask'.")
@@ -257,127 +257,8 @@ class PipelineConfig:
             raise ValueError(
                 f"input_identity must be 'stat' or 'content', got {self.input_identity!r}."
             )
-        _check_features(self.features)
+        check_features(self.features)
         check_splits(self.subjects, self.resolved_splits(), self.participants)
-
-
-def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> PipelineConfig:
-    """Read a pipeline YAML (optional) and apply overrides (None values are ignored).
-
-    Every key is checked: an unknown one fails with the closest known key, a bad value with
-    the key's name. A mapping override of ``svd`` updates the file's ``svd`` section key by
-    key (``svd={"rank": 50}`` keeps the file's other SVD settings);
-    ``preprocess_denoise`` sets ``preprocess.denoise`` alone.
-    """
-    raw: dict[str, Any] = {}
-    base = Path.cwd()
-    where = "the settings"
-    if path is not None:
-        p = Path(path)
-        raw = read_settings(p, "pipeline file") or {}
-        if not isinstance(raw, dict):
-            raise ValueError(f"{p}: a pipeline file is a mapping of settings, got {type(raw)}.")
-        base = p.resolve().parent
-        where = str(p)
-    raw = copy.deepcopy(raw)
-    files.check_keys(raw, PIPELINE_KEYS, where)
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key == "svd" and isinstance(value, dict):
-            raw["svd"] = {**files.mapping(raw.get("svd"), "svd"), **value}
-        elif key == "preprocess_denoise":
-            raw["preprocess"] = {**files.mapping(raw.get("preprocess"), "preprocess")}
-            raw["preprocess"]["denoise"] = value
-        else:
-            raw[key] = value
-    files.check_keys(raw, PIPELINE_KEYS, where)
-    svd = SvdSettings.from_mapping(files.mapping(raw.get("svd"), "svd"), where)
-    spatial = {k: raw[k] for k in SPATIAL_OPTIONS if k in raw}
-    check_options(spatial)
-    features = _check_features(raw.get("features", _default("features")))
-    methods = parse_methods(
-        raw.get("methods", default_methods(spatial)),
-        {**spatial, "features": features},
-    )
-    ks = raw.get("ks", _default("ks"))
-    ks = [ks] if isinstance(ks, int) and not isinstance(ks, bool) else ks
-    if not isinstance(ks, list | tuple) or not ks:
-        raise ValueError(f"ks: a list of cluster counts, got {ks!r}.")
-    bids = BidsSettings.from_mapping(raw["bids"], base) if raw.get("bids") else None
-    subjects = files.subjects(raw, base)
-    participants: dict[str, str] = {}
-    if bids is not None:
-        found, participants = bids_subjects(bids)
-        subjects += found
-    if not subjects:
-        raise ValueError("no subjects: give 'subjects', 'globs' or 'bids' in the pipeline file.")
-    # every integer setting at its field's default and checked against its field's bound
-    integers = _integers({name: raw.get(name, _default(name)) for name in _INTEGERS})
-    random_state = integers["random_state"]
-    splits = raw.get("splits")
-    if splits == "random":
-        splits = halve([s.subject for s in subjects], participants, random_state=random_state)
-    elif splits is not None and not (
-        isinstance(splits, dict) and all(isinstance(v, list) for v in splits.values())
-    ):
-        raise ValueError(
-            "splits: a mapping of split name to a list of subject ids, random, or null."
-        )
-    mesh, mesh_source = files.mesh(raw.get("mesh"), base, subjects[0])
-    cfg = PipelineConfig(
-        subjects=subjects,
-        mesh=mesh,
-        mesh_source=mesh_source,
-        bids=bids,
-        participants=participants,
-        sphere=files.pair_of_surfaces(raw.get("sphere"), base, "sphere"),
-        display_mesh=files.pair_of_surfaces(raw.get("display_mesh"), base, "display_mesh"),
-        output=files.resolve(raw.get("output", "lsd_dask_output"), base),
-        splits={str(k): [str(i) for i in v] for k, v in splits.items()} if splits else None,
-        methods=methods,
-        ks=[files.int_setting(k, "ks", minimum_of(PipelineConfig, "ks")) for k in ks],
-        svd=svd,
-        nonfinite=str(raw.get("nonfinite", _default("nonfinite"))),
-        cluster=files.cluster(raw.get("cluster"), base),
-        **integers,
-        held_out=_held_out(raw.get("held_out", _default("held_out"))),
-        input_identity=str(raw.get("input_identity", _default("input_identity"))),
-        features=features,
-        spatial=spatial,
-        work=files.work(raw.get("work"), base),
-        storage_options=files.mapping(raw.get("storage_options"), "storage_options"),
-        preprocess=PreprocessSettings.from_mapping(
-            files.mapping(raw.get("preprocess"), "preprocess"), where, base
-        ),
-        compare_atlases=parse_atlases(raw.get("compare_atlases"), base),
-    )
-    cfg.validate()
-    return cfg
-
-
-#: the keys of a pipeline file (the fields that are derived from others are not among them)
-PIPELINE_KEYS = {f.name for f in fields(PipelineConfig)} - {"spatial", "participants"}
-PIPELINE_KEYS = (PIPELINE_KEYS - {"mesh_source"}) | {"globs", *SPATIAL_OPTIONS}
-
-
-#: what ``held_out`` may name
-HELD_OUT = ("splits", "time_halves")
-
-
-def _held_out(raw: Any) -> list[str]:
-    """The ``held_out`` list, checked: one line naming the key and what it may hold."""
-    items = [raw] if isinstance(raw, str) else raw
-    if (
-        not isinstance(items, list)
-        or not items
-        or any(i not in HELD_OUT for i in items)
-        or len(set(items)) != len(items)
-    ):
-        raise ValueError(
-            f"held_out: a list of {' and '.join(HELD_OUT)} (each at most once), got {raw!r}."
-        )
-    return [str(i) for i in items]
 
 
 def _distinct_ks(ks: list[int]) -> list[int]:
@@ -388,13 +269,7 @@ def _distinct_ks(ks: list[int]) -> list[int]:
     return ks
 
 
-def _default(name: str) -> Any:
-    """A setting's default, as :class:`PipelineConfig` states it (the one place)."""
-    f = next(f for f in fields(PipelineConfig) if f.name == name)
-    return f.default_factory() if f.default_factory is not MISSING else f.default
-
-
-def _check_features(v: Any) -> str | None:
+def check_features(v: Any) -> str | None:
     if v not in (None, "us", "u"):
         raise ValueError(
             f"features must be 'us' (U·Σ), 'u' (U) or null (each method's own), got {v!r}."
@@ -403,15 +278,15 @@ def _check_features(v: Any) -> str | None:
 
 
 #: the integer settings besides ``ks`` (a field with a ``minimum``)
-_INTEGERS = tuple(
+INTEGER_SETTINGS = tuple(
     f.name for f in fields(PipelineConfig) if "minimum" in f.metadata and f.name != "ks"
 )
 
 
-def _integers(values: dict[str, Any]) -> dict[str, int]:
+def integer_settings(values: dict[str, Any]) -> dict[str, int]:
     """The integer settings among ``values``, each checked against its field's bound."""
     return {
         name: files.int_setting(values[name], name, minimum_of(PipelineConfig, name))
-        for name in _INTEGERS
+        for name in INTEGER_SETTINGS
         if name in values
     }

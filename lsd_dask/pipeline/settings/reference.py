@@ -26,7 +26,8 @@ import yaml
 
 from ...cluster import SPATIAL_OPTIONS, MeshParcellation
 from .bids import BidsSettings
-from .config import PIPELINE_KEYS, PipelineConfig
+from .config import PipelineConfig
+from .load import PIPELINE_KEYS
 from .methods import DEFAULT_METHOD
 from .preprocess import PreprocessSettings
 from .svd import SvdSettings

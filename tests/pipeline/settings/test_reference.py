@@ -14,7 +14,8 @@ from lsd_dask import cli
 from lsd_dask.cluster import SPATIAL_OPTIONS
 from lsd_dask.pipeline import load_config, write_study
 from lsd_dask.pipeline.settings.bids import BidsSettings
-from lsd_dask.pipeline.settings.config import PIPELINE_KEYS, PipelineConfig
+from lsd_dask.pipeline.settings.config import PipelineConfig
+from lsd_dask.pipeline.settings.load import PIPELINE_KEYS
 from lsd_dask.pipeline.settings.preprocess import PreprocessSettings
 from lsd_dask.pipeline.settings.reference import (
     NOTES,
