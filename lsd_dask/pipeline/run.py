@@ -1,25 +1,28 @@
-"""The split-half parcellation pipeline: its stages in order, then the report.
+"""The split-half parcellation pipeline: its stages in order, then the outputs and the
+report.
 
-Each stage is one module with a :class:`~lsd_dask.pipeline.engine.contract.Stage` (see
-:mod:`.stages` for the contract and the runner that skips, computes and records); every
-stage writes under ``<output>/work`` and is skipped on a re-run when its stamps record the
-same inputs and settings (see :mod:`.workdir`):
+Each stage is one module of :mod:`.stages` with a
+:class:`~lsd_dask.pipeline.engine.contract.Stage` (the contract and the runner that skips,
+computes and records are :mod:`.engine.contract`); every stage writes under
+``<output>/work`` and is skipped on a re-run when its stamps record the same inputs and
+settings (:mod:`.engine.workdir`). The stage list, :data:`.stages.STAGES`:
 
-1. ``ingest`` (:mod:`.ingest`): the mask and each split's store, in one pass that reads
-   every subject once, as a task per subject on the workers.
-2. ``svd`` (:mod:`.svd`): per split, the leading left singular vectors.
-3. ``blur`` (:mod:`.blur`): the feature blur each split's data choose, for
+1. ``ingest`` (:mod:`.stages.ingest`): the mask and each split's store, in one pass that
+   reads every subject once, as a task per subject on the workers.
+2. ``svd`` (:mod:`.stages.svd`): per split, the leading left singular vectors.
+3. ``blur`` (:mod:`.stages.blur`): the feature blur each split's data choose, for
    ``feature_smoothing_mm: auto``.
-4. ``cluster`` (:mod:`.fits`): every (split, method, K) fit, each method one
+4. ``cluster`` (:mod:`.stages.cluster`): every (split, method, K) fit, each method one
    :class:`~lsd_dask.cluster.MeshParcellation`.
-5. ``evaluate`` (:mod:`.evaluate`): each split's parcels, and each comparison atlas,
-   scored on data they were not fitted on, with spin nulls.
-6. ``evaluate_halves`` (:mod:`.evaluate_halves`): with ``held_out: [..., time_halves]``,
-   each method fitted on one time half of a split and scored on the other.
+5. ``evaluate`` (:mod:`.stages.evaluation`): each split's parcels, and each comparison
+   atlas, scored on data they were not fitted on, with spin nulls.
+6. ``evaluate_halves`` (:mod:`.stages.time_halves`): with ``held_out: [...,
+   time_halves]``, each method fitted on one time half of a split and scored on the other.
+7. ``scores`` (:mod:`.stages.split_half`): the split-half scores beside their nulls.
 
-Then the split-half scores (:mod:`.scores`), the outputs (:mod:`.outputs`) and
-``report.json`` / ``report.html``. Every line goes to the log file ``lsd-dask.log`` in
-the output folder too, with its time stamp.
+Then the outputs (:mod:`.products.label_files`) and ``report.json`` / ``report.html``
+(:mod:`.products.report_json`), assembled from the stages' score columns. Every line goes
+to the log file ``lsd-dask.log`` in the output folder too, with its time stamp.
 """
 
 from __future__ import annotations

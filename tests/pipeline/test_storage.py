@@ -39,7 +39,7 @@ def test_a_store_the_workers_see_in_part_fails_naming_the_folder(folder, tmp_pat
     """The store whole where ingest wrote it, in part where the workers read it (chunks
     gone after the ingest stage found it whole, as on a node without the shared folder):
     the workers' own check before the SVD reads names the folder. (A store damaged before
-    a run starts is rebuilt instead: tests/pipeline/test_workdir.py.)"""
+    a run starts is rebuilt instead: tests/pipeline/engine/test_workdir.py.)"""
     from lsd_dask.pipeline.engine.context import RunContext
     from lsd_dask.pipeline.engine.contract import run_stage
     from lsd_dask.pipeline.preflight import preflight

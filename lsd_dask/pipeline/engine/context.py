@@ -137,7 +137,7 @@ class RunContext:
 
     @cached_property
     def atlases(self) -> dict[str, np.ndarray]:
-        """The comparison atlases' parcel ids over every vertex (:mod:`.atlases`)."""
+        """The comparison atlases' parcel ids over every vertex (:mod:`..settings.atlases`)."""
         from ..settings.atlases import load_atlases
 
         return load_atlases(self.cfg.compare_atlases, self.sizes)

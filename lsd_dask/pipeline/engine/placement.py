@@ -55,7 +55,7 @@ def features_on_workers(client: Any, nbytes: int) -> bool:
     return bool(limits) and all(m == 0 or m >= need for m, _ in limits)
 
 
-#: a scoring task's (:mod:`.evaluate`) memory, per vertex pair within DCBC's distance:
+#: a scoring task's (:mod:`..stages.evaluation`) memory, per vertex pair within DCBC's distance:
 #: held through the task, their ids, distances, bins and held-out correlations (29 bytes);
 #: at a peak, DCBC's gathers and masks (17 bytes) or the bins' float64 distances (16)
 SCORING_PAIR_BYTES = 32

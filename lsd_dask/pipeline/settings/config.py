@@ -113,7 +113,7 @@ class PipelineConfig:
         1000, note="spins per parcellation for the held-out measures' z (0: none)", minimum=0
     )
     #: how a run knows an input file is unchanged: ``stat`` (path, size, mtime) or
-    #: ``content`` (a SHA-1 of its bytes; :func:`.ingest.input_identities`)
+    #: ``content`` (a SHA-1 of its bytes; :mod:`..stages.ingest`)
     input_identity: str = setting(
         "stat",
         note=(
@@ -122,8 +122,8 @@ class PipelineConfig:
         ),
     )
     #: the held-out scores to compute: ``splits`` (each split's parcels on the other
-    #: split's data, :mod:`.evaluate`) and ``time_halves`` (fitted on one half of a split's
-    #: time points, scored on the other, :mod:`.evaluate_halves`)
+    #: split's data, :mod:`..stages.evaluation`) and ``time_halves`` (fitted on one half of
+    #: a split's time points, scored on the other, :mod:`..stages.time_halves`)
     held_out: list[str] = setting(
         factory=lambda: ["splits"],
         note=(

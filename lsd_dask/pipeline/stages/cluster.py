@@ -2,7 +2,7 @@
 
 Where a fit runs depends on the features' size and on the cluster:
 
-- **a task per fit, per K, or per start** (features over :mod:`.placement`'s in-memory
+- **a task per fit, per K, or per start** (features over :mod:`..engine.placement`'s in-memory
   size, on a cluster whose workers hold them comfortably):
   each worker loads a split's features once (from the shared work folder, copied to every
   worker), and each fit runs in a task in numpy, so independent fits run side by side,

@@ -19,7 +19,7 @@ spins cost a few seconds per parcellation at 2 × 32k vertices. Both directions 
 and their mean is the row's value. The vertex pairs and the held-out features' pair
 correlations are computed once per run and shared by every parcellation.
 
-``evaluate/atlas/<name>``: each comparison atlas (:mod:`.atlases`), fitted on neither
+``evaluate/atlas/<name>``: each comparison atlas (:mod:`..settings.atlases`), fitted on neither
 split, on each split's features; the mean of the two is its row, shown beside the methods
 at the run's K nearest its parcel count (:func:`atlas_rows`).
 

@@ -1,7 +1,7 @@
 """What every held-out score shares: the measures of one parcellation on one held-out data
 set (:func:`held_out_scores`), their spin nulls, the vertex pairs DCBC is scored on, the
 key the scores depend on, and their mean over the two directions. The evaluation stage
-(:mod:`.evaluate`) and the time-halves stage (:mod:`.evaluate_halves`) score with these.
+(:mod:`.evaluation`) and the time-halves stage (:mod:`.time_halves`) score with these.
 """
 
 from __future__ import annotations

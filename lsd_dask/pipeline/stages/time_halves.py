@@ -1,7 +1,7 @@
 """The time-halves evaluation (``held_out: [splits, time_halves]``): each method fitted on
 one half of every subject's time points within a split and scored on the other half.
 
-The cross-split scores (:mod:`.evaluate`) ask whether a split's parcels hold on other
+The cross-split scores (:mod:`.evaluation`) ask whether a split's parcels hold on other
 subjects' data. These ask whether they hold on the same subjects' data at another time,
 as studies that fit on some sessions and test on the rest do (Gordon et al. 2016; Kong et
 al. 2019), and they need only one split's subjects.
@@ -13,7 +13,7 @@ al. 2019), and they need only one split's subjects.
 - the method's estimator at K (with the split's own blur, for ``feature_smoothing_mm:
   auto``) fitted on each half's features;
 - its labels scored on the other half's features (unit rows of that half's U·Σ) with the
-  measures and spin nulls of :mod:`.evaluate`, on the same vertex pairs.
+  measures and spin nulls of :mod:`.evaluation`, on the same vertex pairs.
 
 The row's value is the mean over the splits and both directions. The cost: per split, two
 SVDs of half the width (about one more SVD stage), and per split, method and K two more
