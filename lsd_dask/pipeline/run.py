@@ -91,10 +91,11 @@ def _run(ctx: RunContext, command: str | None, t_start: float) -> dict[str, Any]
                     timings[_TIMING_NAMES.get(stage.name, stage.name)] = time.perf_counter() - t0
         t0 = time.perf_counter()
         log(f"[outputs] label files, figures and the report into {cfg.output}")
-        files = write_outputs(ctx, score_rows(ctx), command)
+        rows = score_rows(ctx)  # assembled once, for the label files and the report
+        files = write_outputs(ctx, rows, command)
         timings["outputs"] = time.perf_counter() - t0
         timings["total"] = time.perf_counter() - t_start
-        report = write_report(ctx, files, timings, command)
+        report = write_report(ctx, rows, files, timings, command)
         log(
             f"[done] outputs in {cfg.output} ({timings['total']:.1f} s); open "
             f"{cfg.output / 'report.html'} (the scores as data: report.json)"

@@ -18,21 +18,23 @@ from ...io.atomic import atomic_write_text
 from ..engine.context import RunContext
 from ..stages.evaluation import atlas_rows
 from .report_html import write_report_html
-from .scores import score_rows, scores_explained
+from .scores import scores_explained
 
 __all__ = ["write_report"]
 
 
 def write_report(
     ctx: RunContext,
+    rows: list[dict[str, Any]],
     files: list[Path],
     timings: dict[str, float],
     command: str | None,
 ) -> dict[str, Any]:
     """Write ``report.json`` and ``report.html`` into the output folder; return the report.
 
-    The scores and their explanation come from the stage list (:mod:`.scores`); ``files``:
-    the outputs written; ``command``: the command line, when there is one.
+    ``rows``: the score rows (:func:`.scores.score_rows`; their explanation comes from the
+    stage list too); ``files``: the outputs written; ``command``: the command line, when
+    there is one.
     """
     cfg, wd, out = ctx.cfg, ctx.wd, ctx.cfg.output
     blur = _by_split(ctx.results.get("blur", {}))
@@ -47,7 +49,7 @@ def write_report(
         "svd": _by_split(ctx.results["svd"]),
         **({"feature_blur": blur} if blur else {}),
         "fingerprints": wd.fingerprints(),
-        "scores": score_rows(ctx),
+        "scores": rows,
         "atlases": atlas_rows(ctx),
         "scores_explained": scores_explained(ctx),
         "timings_s": timings,
