@@ -88,7 +88,8 @@ def main() -> None:
             ctx = RunContext.open(cfg, log, meshes)
             try:
                 stage = ClusterStage() if args.stage == "cluster" else SvdStage()
-                units = stage.plan(ctx)
+                with ctx.reading(stage.reads):
+                    units = stage.plan(ctx)
                 cpu0 = np.sum([_cpu(p) for p in workers], axis=0)
                 own0 = _cpu(psutil.Process())
                 t0 = start[0] = time.perf_counter()
