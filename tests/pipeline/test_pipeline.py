@@ -37,6 +37,7 @@ def _adjacency(study, kept=None):
 
 def _config(folder, **over):
     over.setdefault("svd", {"method": "randomized", "rank": 20})
+    over.setdefault("spins", 0)  # no test here is about the spin nulls
     return load_config(
         folder / "pipeline.yaml",
         output=str(folder / "results"),

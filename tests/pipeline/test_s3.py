@@ -93,7 +93,7 @@ def test_s3_work_folder_gives_the_local_labels(
     write_tiny_study(tmp_path, 3)
     raw = yaml.safe_load((tmp_path / "pipeline.yaml").read_text())
     raw.update(ks=[3, 6], methods=["directional", "spherical_kmeans"], min_region_size=3)
-    raw.update(null_repeats=2, storage_options=s3_options)
+    raw.update(null_repeats=2, spins=0, storage_options=s3_options)
     raw["svd"]["rank"] = 20
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
     url = f"s3://{BUCKET}/run/work"

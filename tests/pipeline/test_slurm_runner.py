@@ -15,7 +15,7 @@ import yaml
 def test_one_command_in_every_task_runs_the_pipeline(tmp_path, write_tiny_study):
     write_tiny_study(tmp_path, 0)
     raw = yaml.safe_load((tmp_path / "pipeline.yaml").read_text())
-    raw.update(ks=[4], min_region_size=3, null_repeats=2)
+    raw.update(ks=[4], min_region_size=3, null_repeats=2, spins=0)
     raw["svd"]["rank"] = 20
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
     runner = {

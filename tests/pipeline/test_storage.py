@@ -27,6 +27,7 @@ def _cfg(folder, out):
         svd={"rank": 10},
         min_region_size=2,
         null_repeats=1,
+        spins=0,
     )
 
 

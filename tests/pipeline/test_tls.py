@@ -28,7 +28,7 @@ def test_run_against_a_tls_scheduler(tmp_path, write_tiny_study, tls_cluster):
     assert address.startswith("tls://")
     write_tiny_study(tmp_path, 0)
     raw = yaml.safe_load((tmp_path / "pipeline.yaml").read_text())
-    raw.update(ks=[4], min_region_size=3, null_repeats=2)
+    raw.update(ks=[4], min_region_size=3, null_repeats=2, spins=0)
     raw["svd"]["rank"] = 20
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
     args = ["run", str(tmp_path / "pipeline.yaml"), "--out", str(tmp_path / "o")]

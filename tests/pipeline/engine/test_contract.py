@@ -180,20 +180,30 @@ def _labels(out):
     return {p.name: np.load(p) for p in sorted(work.glob("*.npy"))}
 
 
+@pytest.fixture(scope="module")
+def contended(tmp_path_factory, write_tiny_study, scheduler_address):
+    """A tiny study's pipeline file and the labels of one uncontended run of it (the
+    reference every paused run must end with)."""
+    study = tmp_path_factory.mktemp("contended")
+    write_tiny_study(study, random_state=3)
+    raw = yaml.safe_load((study / "pipeline.yaml").read_text())
+    raw.update(ks=[4], methods=["directional"], min_region_size=2, null_repeats=1, spins=0)
+    raw["svd"] = {"method": "randomized", "rank": 12}
+    (study / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    args = [str(study / "pipeline.yaml"), "--scheduler", scheduler_address]
+    fresh = study / "fresh"
+    subprocess.run(_cli("run", *args, "--out", str(fresh)), check=True, capture_output=True)
+    return args, _labels(fresh)
+
+
 @pytest.mark.parametrize("stage", ["ingest", "svd", "cluster"])
 def test_two_runs_into_one_folder_the_second_fails_at_once_and_the_first_is_unharmed(
-    tmp_path, write_tiny_study, scheduler_address, stage
+    tmp_path, contended, stage
 ):
     """Run A is paused (SIGSTOP) at its first line of a stage (ingest, the SVD, the first
     fit); run B into the same output folder fails with one line naming A, before it reads
     any input; A, continued, finishes with the labels of a fresh run."""
-    study = tmp_path / "study"
-    write_tiny_study(study, random_state=3)
-    raw = yaml.safe_load((study / "pipeline.yaml").read_text())
-    raw.update(ks=[4], methods=["directional"], min_region_size=2, null_repeats=1, spins=50)
-    raw["svd"] = {"method": "randomized", "rank": 12}
-    (study / "pipeline.yaml").write_text(yaml.safe_dump(raw))
-    args = [str(study / "pipeline.yaml"), "--scheduler", scheduler_address]
+    args, want = contended
     out = tmp_path / "shared"
     a = subprocess.Popen(
         _cli("run", *args, "--out", str(out)),
@@ -230,9 +240,7 @@ def test_two_runs_into_one_folder_the_second_fails_at_once_and_the_first_is_unha
         os.kill(a.pid, signal.SIGCONT)
     assert a.wait(timeout=240) == 0, "".join(lines)
     reader.join(timeout=10)
-    fresh = tmp_path / "fresh"
-    subprocess.run(_cli("run", *args, "--out", str(fresh)), check=True, capture_output=True)
-    got, want = _labels(out), _labels(fresh)
+    got = _labels(out)
     assert list(got) == list(want) and got
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])

@@ -48,12 +48,15 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
     raised) go through Dask graphs instead, with the same parcels found."""
     folder, reference = in_process
     monkeypatch.setattr(placement, "IN_MEMORY_FEATURES_BYTES", 0)  # as if at full size
+    # as Dask graphs (the slow path on a small study): the two variants, a Ward merge over
+    # dask features and a blur chosen from the halves, at the smallest K (the blur's K)
+    methods, ks = (METHODS, [4, 8]) if as_tasks else (METHODS[3:], [4])
     if not as_tasks:
         monkeypatch.setattr(placement, "FIT_TASK_MEMORY_FACTOR", 10**9)
     cfg = load_config(
         folder / "pipeline.yaml",
-        ks=[4, 8],
-        methods=METHODS,
+        ks=ks,
+        methods=methods,
         null_repeats=0,
         output=str(folder / f"tasks-{as_tasks}"),
     )
@@ -64,9 +67,10 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
             run_pipeline(cfg, log=lines.append)
         workers = set(client.nthreads())
     fitted = [ln for ln in lines if re.match(r"\[cluster\] \[.*K=\d+: [\d.]+ s", ln)]
-    assert len(fitted) == 20
+    n_fits = 2 * len(methods) * len(ks)
+    assert len(fitted) == n_fits
     got = _labels(cfg)
-    assert got.keys() == reference.keys() and len(got) == 20
+    assert len(got) == n_fits and got.keys() <= reference.keys()
     # the one memory rule of the fits places the blurs' features too
     as_tasks_line = "[blur] split1: each blur and direction scored as a task on 2 workers"
     scored_as_tasks = any(as_tasks_line in ln for ln in lines)
