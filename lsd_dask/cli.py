@@ -6,6 +6,7 @@ Settings precedence: defaults < the pipeline YAML < these flags.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,6 +112,29 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("Compute Failed")
 
 
+class _Labels(click.Option):
+    """An option that takes every label after it up to the next option, as BIDS Apps take
+    ``--participant-label 01 02 03``; it may also be repeated, or given commas."""
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        option = parser._long_opt[self.opts[0]]  # click's parser: no public hook for this
+        store = option.process
+
+        def process(value: Any, state: Any) -> None:
+            values = [value]
+            # labels are letters and digits (with sub-, or commas between): a pipeline
+            # file's name or another option ends them
+            while state.rargs and _LABELS.fullmatch(state.rargs[0]):
+                values.append(state.rargs.pop(0))
+            store(" ".join(values), state)
+
+        option.process = process
+
+
+_LABELS = re.compile(r"(sub-)?[A-Za-z0-9]+(,(sub-)?[A-Za-z0-9]+)*,?")
+
+
 @main.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option(
@@ -124,12 +148,23 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
 @click.option(
     "--participant-label",
     "participant_labels",
+    cls=_Labels,
     multiple=True,
-    help="With --bids: participants to run, with or without sub- (repeat, or separate "
-    "with commas or spaces; default: all).",
+    help="With --bids: participants to run, with or without sub-, separated by spaces as "
+    "BIDS Apps take them (or commas; default: all).",
 )
 @click.option(
-    "--task", default=None, help="With --bids: the BOLD files' task entity (default: any)."
+    "--task",
+    default=None,
+    help="With --bids: the BOLD files' task entity (needed when they hold more than one "
+    "task; default: the one they hold).",
+)
+@click.option(
+    "--bids-filter-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --bids: a JSON file whose `bold` query chooses the runs by their entities, as "
+    'fMRIPrep\'s, e.g. {"bold": {"session": "1", "direction": "AP"}} (the `bids:` keys).',
 )
 @click.option(
     "--space",
@@ -143,6 +178,14 @@ def _drop_compute_failed(record: logging.LogRecord) -> bool:
     help="Denoising by nilearn's load_confounds on fMRIPrep's confounds: a preset (simple, "
     "scrubbing, compcor, ica_aroma) or strategies separated by commas, e.g. "
     "motion,wm_csf,scrub,high_pass (`preprocess.denoise`; default: none).",
+)
+@click.option(
+    "--nonfinite",
+    type=click.Choice(["error", "mask"]),
+    default=None,
+    help="NaN or inf in the data: fail naming the subject, or mask those vertices (as "
+    "fMRIPrep's --medial-surface-nan writes the medial wall; overrides `nonfinite`; default "
+    f"{_DEFAULTS['nonfinite']}).",
 )
 @click.option(
     "--cluster",
@@ -212,9 +255,11 @@ def run(
     bids_root: Path | None,
     participant_labels: tuple[str, ...],
     task: str | None,
+    bids_filter_file: Path | None,
     space: str | None,
     den: str | None,
     denoise: str | None,
+    nonfinite: str | None,
     cluster_file: Path | None,
     scheduler: str | None,
     tls_ca_file: Path | None,
@@ -241,18 +286,25 @@ def run(
     svd = {k: v for k, v in {"rank": rank, "method": svd_method}.items() if v is not None}
     bids = None
     if bids_root is not None:
+        from .pipeline.settings.bids import read_filter_file
+
         labels = [x for item in participant_labels for x in item.replace(",", " ").split()]
+        chosen = read_filter_file(bids_filter_file) if bids_filter_file else {}
         entities = {"task": task, "space": space, "den": den}
         bids = {
             "root": str(bids_root.resolve()),
             "participant_label": labels,
+            **chosen,
             **{k: v for k, v in entities.items() if v is not None},
         }
-    elif participant_labels or task or space or den:
-        raise click.UsageError("--participant-label, --task, --space and --den go with --bids.")
+    elif participant_labels or task or space or den or bids_filter_file:
+        raise click.UsageError(
+            "--participant-label, --task, --bids-filter-file, --space and --den go with --bids."
+        )
     cfg = load_config(
         pipeline,
         bids=bids,
+        nonfinite=nonfinite,
         preprocess_denoise=denoise,
         output=str(out.resolve()) if out else None,
         ks=list(ks) or None,

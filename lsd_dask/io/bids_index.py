@@ -23,8 +23,9 @@ from .bids import parse_bids_name
 
 __all__ = ["BoldRun", "FILTERS", "find_bold", "index_func_files"]
 
-#: the entities a search may filter on (``participant_label`` filters ``sub``)
-FILTERS = ("ses", "task", "acq", "run", "space", "den", "res", "desc")
+#: the entities a search may filter on (``participant_label`` filters ``sub``), in BIDS
+#: order; any of them may tell one participant's runs apart (``dir-AP`` and ``dir-PA``)
+FILTERS = ("ses", "task", "acq", "rec", "dir", "run", "echo", "space", "res", "den", "desc")
 
 #: surface BOLD extensions, CIFTI first (preferred when a run has both)
 _EXTENSIONS = (".dtseries.nii", ".func.gii")
@@ -98,7 +99,9 @@ def find_bold(
     -------
     list of BoldRun
         CIFTI runs when any match, otherwise GIFTI pairs; sorted by entities. A ValueError
-        names what matched nothing, or a left file without its right.
+        names what matched nothing, a left file without its right, or the tasks found when
+        the files hold more than one and no ``task`` is given (a task run must not join a
+        resting-state parcellation unasked).
     """
     unknown = sorted(set(filters) - set(FILTERS))
     if unknown:
@@ -120,13 +123,20 @@ def find_bold(
     chosen = [
         (p, e, ext)
         for p, e, ext in files
-        if (not labels or e["sub"] in labels) and all(e.get(k) == v for k, v in wanted.items())
+        if (not labels or e["sub"] in labels)
+        and all(_same(k, e.get(k), v) for k, v in wanted.items())
     ]
     if not chosen:
         spaces = sorted({e.get("space", "none") for _, e, _ in files})
         raise ValueError(
             f"{root}: no BOLD file matches {wanted or 'the participants'}; the files' "
             f"spaces are {spaces}."
+        )
+    tasks = sorted({e.get("task", "none") for _, e, _ in chosen})
+    if len(tasks) > 1:
+        raise ValueError(
+            f"{root}: the BOLD files hold {len(tasks)} tasks ({', '.join(tasks)}); choose one "
+            f"with --task (bids.task), e.g. --task {'rest' if 'rest' in tasks else tasks[0]}."
         )
     cifti = [(p, e) for p, e, ext in chosen if ext == ".dtseries.nii"]
     if cifti:
@@ -142,6 +152,16 @@ def find_bold(
             raise ValueError(f"{one}: a GIFTI BOLD file needs its hemi-L and hemi-R pair.")
         runs.append(BoldRun(dict(key), "gifti", (hemis["L"], hemis["R"])))
     return runs
+
+
+def _same(key: str, label: str | None, wanted: str) -> bool:
+    """Whether an entity's label is the one asked for; ``run`` and ``echo`` are indices, so
+    ``run-01`` is run 1 (pybids and fMRIPrep's filter files read them as integers)."""
+    if label is None:
+        return False
+    if key in ("run", "echo") and label.isdigit() and wanted.isdigit():
+        return int(label) == int(wanted)
+    return label == wanted
 
 
 def _entries(folder: Path, prefix: str) -> list[Path]:

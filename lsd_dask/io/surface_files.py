@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import zlib
 from collections import OrderedDict
@@ -33,6 +34,7 @@ __all__ = [
     "load_image",
     "load_subject",
     "subject_t_r",
+    "timepoint_count",
     "vertex_counts",
     "release_cache",
     "READERS",
@@ -146,6 +148,17 @@ def vertex_counts(files: SubjectFiles) -> list[int]:
     uncompressed file fails here, before anything reads its data)."""
     counts: list[int] = READERS[files.kind].vertex_counts(files)
     return counts
+
+
+def timepoint_count(files: SubjectFiles) -> int:
+    """A subject's time points, from its headers (a GIFTI's ``NumberOfDataArrays``, in its
+    first bytes), or its ``time_slice``'s: what balances the splits of a study without
+    reading its data."""
+    n: int = READERS[files.kind].timepoints(files)
+    if files.time_slice is not None:
+        a, b = files.time_slice
+        return max(0, min(b, n) - a)
+    return n
 
 
 def release_cache(files: SubjectFiles) -> int:
@@ -666,6 +679,7 @@ class Reader:
     vertex_counts: Any
     load: Any
     t_r: Any
+    timepoints: Any
     suffixes: tuple[str, ...] | None = None
     exclude_suffixes: tuple[str, ...] = ()
 
@@ -754,23 +768,34 @@ def _gifti_t_r(files: SubjectFiles) -> float | None:
     return ms / 1000.0 if ms > 0 else None
 
 
+def _gifti_timepoints(files: SubjectFiles) -> int:
+    with open(files.paths[0], "rb") as f:
+        head = f.read(1 << 16)
+    found = re.search(rb'NumberOfDataArrays\s*=\s*"(\d+)"', head)
+    if found:
+        return int(found.group(1))
+    return len(load_image(files.paths[0]).darrays)  # a header without the count: parse it
+
+
 def _mgh_t_r(files: SubjectFiles) -> float | None:
     ms = float(nib.load(str(files.paths[0])).header["tr"])
     return ms / 1000.0 if ms > 0 else None
 
 
-def _zarr_counts(files: SubjectFiles) -> list[int]:
+def _zarr_array(files: SubjectFiles) -> Any:
     import zarr
 
-    sizes: Any = zarr.open_array(str(files.paths[0]), mode="r").attrs.get("hemisphere_sizes")
+    return zarr.open_array(str(files.paths[0]), mode="r")
+
+
+def _zarr_counts(files: SubjectFiles) -> list[int]:
+    sizes: Any = _zarr_array(files).attrs.get("hemisphere_sizes")
     sizes = sizes or []
     return [int(n) for n in sizes]
 
 
 def _zarr_t_r(files: SubjectFiles) -> float | None:
-    import zarr
-
-    tr: Any = zarr.open_array(str(files.paths[0]), mode="r").attrs.get("t_r")
+    tr: Any = _zarr_array(files).attrs.get("t_r")
     return float(tr) if tr else None
 
 
@@ -797,16 +822,20 @@ def _check_size(path: Any, offset: int, shape: Any, dtype: Any) -> None:
 #: input kind (:attr:`SubjectFiles.kind`) -> its reader. A new format is a row here (its
 #: keys become valid in the pipeline file's subjects and globs)
 READERS: dict[str, Reader] = {
-    "cifti": Reader(("cifti",), _cifti_counts, lambda f: _load_cifti(f.paths[0]), _cifti_t_r),
+    "cifti": Reader(
+        ("cifti",), _cifti_counts, lambda f: _load_cifti(f.paths[0]), _cifti_t_r,
+        lambda f: int(nib.load(str(f.paths[0])).shape[0]),
+    ),
     "gifti": Reader(
-        ("left", "right"), _hemisphere_counts, _load_hemispheres, _gifti_t_r, suffixes=(".gii",)
+        ("left", "right"), _hemisphere_counts, _load_hemispheres, _gifti_t_r, _gifti_timepoints,
+        suffixes=(".gii",),
     ),
     "mgh": Reader(
-        ("left", "right"),
-        _hemisphere_counts,
-        _load_hemispheres,
-        _mgh_t_r,
-        exclude_suffixes=(".gii",),
-    ),  # fmt: skip
-    "zarr": Reader(("zarr",), _zarr_counts, lambda f: read_zarr_subject(f.paths[0]), _zarr_t_r),
-}
+        ("left", "right"), _hemisphere_counts, _load_hemispheres, _mgh_t_r,
+        lambda f: int(nib.load(str(f.paths[0])).shape[-1]), exclude_suffixes=(".gii",),
+    ),
+    "zarr": Reader(
+        ("zarr",), _zarr_counts, lambda f: read_zarr_subject(f.paths[0]), _zarr_t_r,
+        lambda f: int(_zarr_array(f).shape[1]),
+    ),
+}  # fmt: skip

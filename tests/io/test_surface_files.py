@@ -14,6 +14,7 @@ from lsd_dask.io.surface_files import (
     load_mesh,
     load_subject,
     release_cache,
+    timepoint_count,
     vertex_counts,
     write_dlabel,
     write_dtseries,
@@ -39,6 +40,7 @@ def test_cifti_dtseries_roundtrip(tmp_path, data):
     y, s = load_subject(SubjectFiles.from_keys("s", cifti=p))
     assert s == sizes
     np.testing.assert_array_equal(y, x)
+    assert timepoint_count(SubjectFiles.from_keys("s", cifti=p)) == x.shape[1]  # header only
 
 
 def test_cifti_with_medial_wall_missing(tmp_path, data):
@@ -137,10 +139,10 @@ def test_gifti_and_mgh_hemispheres(tmp_path, data):
     sizes, x = data
     write_func_gifti(tmp_path / "l.func.gii", x[: sizes[0]], hemisphere="left")
     write_func_gifti(tmp_path / "r.func.gii", x[sizes[0] :], hemisphere="right")
-    y, s = load_subject(
-        SubjectFiles.from_keys("g", left=tmp_path / "l.func.gii", right=tmp_path / "r.func.gii")
-    )
+    files = SubjectFiles.from_keys("g", left=tmp_path / "l.func.gii", right=tmp_path / "r.func.gii")
+    y, s = load_subject(files)
     np.testing.assert_array_equal(y, x)
+    assert timepoint_count(files) == x.shape[1]  # NumberOfDataArrays, in the first bytes
     for hemi, part in (("lh", x[: sizes[0]]), ("rh", x[sizes[0] :])):
         nib.save(nib.MGHImage(part[:, None, None, :], np.eye(4)), str(tmp_path / f"{hemi}.mgz"))
     files = SubjectFiles.from_keys("m", left=tmp_path / "lh.mgz", right=tmp_path / "rh.mgz")
@@ -148,6 +150,7 @@ def test_gifti_and_mgh_hemispheres(tmp_path, data):
     y, s = load_subject(files)
     np.testing.assert_array_equal(y, x)
     assert s == sizes
+    assert timepoint_count(files) == x.shape[1]
 
 
 def test_missing_file(tmp_path):
@@ -238,6 +241,8 @@ def test_zarr_subject_roundtrip(tmp_path, data):
     y, s = load_subject(SubjectFiles.from_keys("z", zarr=p, time_slice=(2, 7)))
     assert s == sizes
     np.testing.assert_array_equal(y, x[:, 2:7])
+    assert timepoint_count(SubjectFiles.from_keys("z", zarr=p)) == x.shape[1]
+    assert timepoint_count(SubjectFiles.from_keys("z", zarr=p, time_slice=(2, 7))) == 5
     with pytest.raises(ValueError, match="time_slice"):
         load_subject(SubjectFiles.from_keys("z", zarr=p, time_slice=(5, 50)))
 
@@ -326,12 +331,14 @@ def test_a_new_format_is_one_reader(tmp_path, monkeypatch, data):
         vertex_counts=lambda f: list(sizes),
         load=lambda f: (np.load(f.paths[0]), list(sizes)),
         t_r=lambda f: None,
+        timepoints=lambda f: int(np.load(f.paths[0], mmap_mode="r").shape[1]),
     )
     monkeypatch.setitem(READERS, "npy", reader)
     (files,) = _subjects({"subjects": [{"id": "s1", "npy": "s1.npy"}]}, tmp_path)
     assert files.kind == "npy" and files.paths == (tmp_path / "s1.npy",)
     y, s = load_subject(files)
     np.testing.assert_array_equal(y, x)
+    assert timepoint_count(files) == x.shape[1]
 
 
 def test_a_gifti_with_external_data_is_read_only_when_allowed(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""69 bad inputs through ``lsd-dask run``, one case each.
+"""70 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -372,6 +372,7 @@ CASES: dict[int, Case] = {
         error=r"pipeline\.yaml .*line 2: aliases \(\*a\) are not allowed",
     ),
     69: Case(_external_gifti("sub-002.L.func.gii"), error=r"sub-002\.L\.func\.gii .*external file"),
+    70: Case(_set("sub-002", "L", np.nan), args=["--nonfinite", "mask"]),  # as case 2, by flag
 }
 
 

@@ -10,6 +10,7 @@ go into the same split. Confounds are found beside each BOLD file by nilearn's
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,23 @@ from ...io.bids_index import FILTERS, BoldRun, find_bold
 from ...io.surface_files import SubjectFiles
 from .files import setting
 
-__all__ = ["BidsSettings", "bids_subjects"]
+__all__ = ["BidsSettings", "bids_subjects", "read_filter_file"]
+
+#: pybids' names of the entities (fMRIPrep's ``--bids-filter-file`` uses them) and the
+#: short ones of the ``bids:`` section
+LONG_NAMES = {
+    "session": "ses",
+    "task": "task",
+    "acquisition": "acq",
+    "reconstruction": "rec",
+    "direction": "dir",
+    "run": "run",
+    "echo": "echo",
+    "space": "space",
+    "resolution": "res",
+    "density": "den",
+    "desc": "desc",
+}
 
 
 @dataclass(frozen=True)
@@ -31,9 +48,10 @@ class BidsSettings:
         The derivatives folder (holding ``sub-*/[ses-*/]func/``).
     participant_label : list of str
         Participants to keep, with or without ``sub-``; empty: all.
-    space, den, res, task, ses, run, acq, desc : str or None
+    ses, task, acq, rec, dir, run, echo, space, res, den, desc : str or None
         Entity values the BOLD files must have (None: any). ``space`` defaults to
-        ``fsLR``, fMRIPrep's CIFTI output (``den-91k``).
+        ``fsLR``, fMRIPrep's CIFTI output (``den-91k``). ``task`` is needed when the files
+        hold more than one task.
     """
 
     root: str = setting(note="the derivatives folder, holding sub-*/[ses-*/]func/")
@@ -45,10 +63,17 @@ class BidsSettings:
     )
     den: str | None = setting(None, note="their density, e.g. 91k (null: any)")
     res: str | None = setting(None, note="their resolution (null: any)")
-    task: str | None = setting(None, note="their task, e.g. rest (null: any)")
+    task: str | None = setting(
+        None, note="their task, e.g. rest (null: the one task the files hold; two fail)"
+    )
     ses: str | None = setting(None, note="their session (null: all, each a subject id of its own)")
     run: str | None = setting(None, note="their run (null: all, each a subject id of its own)")
-    acq: str | None = setting(None, note="their acquisition (null: any)")
+    acq: str | None = setting(None, note="their acquisition (null: all, each an id of its own)")
+    rec: str | None = setting(None, note="their reconstruction (null: all, each an id of its own)")
+    dir: str | None = setting(
+        None, note="their phase-encoding direction, e.g. AP (null: all, each an id of its own)"
+    )
+    echo: str | None = setting(None, note="their echo (null: all, each an id of its own)")
     desc: str | None = setting(None, note="their description (null: any)")
 
     @classmethod
@@ -90,11 +115,7 @@ def bids_subjects(settings: BidsSettings) -> tuple[list[SubjectFiles], dict[str,
     subjects, participants = [], {}
     for participant, own in sorted(by_participant.items()):
         # the entities that tell this participant's runs apart name them
-        varying = [
-            k
-            for k in ("ses", "task", "acq", "run", "desc", "den", "res", "space")
-            if len({r.entities.get(k) for r in own}) > 1
-        ]
+        varying = [k for k in FILTERS if len({r.entities.get(k) for r in own}) > 1]
         for r in own:
             sid = "_".join(
                 [participant, *(f"{k}-{r.entities[k]}" for k in varying if k in r.entities)]
@@ -104,3 +125,35 @@ def bids_subjects(settings: BidsSettings) -> tuple[list[SubjectFiles], dict[str,
             subjects.append(SubjectFiles.from_keys(sid, **given))
             participants[sid] = participant
     return subjects, participants
+
+
+def read_filter_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The BOLD filters of an fMRIPrep ``--bids-filter-file``: its ``bold`` query, with
+    pybids' entity names (``session``, ``direction``...) or the short ones, as ``bids:``
+    keys. A one-line error names the file and the key."""
+    import json
+
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"BIDS filter file {p} does not exist.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"BIDS filter file {p}: not JSON ({err}).") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("bold", {}), dict):
+        raise ValueError(f'BIDS filter file {p}: a mapping with a "bold" query is expected.')
+    unknown = sorted(set(raw) - {"bold"})
+    if unknown:  # fMRIPrep's other queries (t1w, fmap...) select nothing here
+        raise ValueError(f'BIDS filter file {p}: only the "bold" query applies, got {unknown}.')
+    out: dict[str, str] = {}
+    for key, value in raw.get("bold", {}).items():
+        short = LONG_NAMES.get(key, key if key in FILTERS else None)
+        if short is None:
+            raise ValueError(
+                f"BIDS filter file {p}: bold.{key} is not an entity a run can be chosen "
+                f"by; known: {sorted(LONG_NAMES)}."
+            )
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ValueError(f"BIDS filter file {p}: bold.{key} must be one label, got {value!r}.")
+        out[short] = str(value)
+    return out

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...cluster import SPATIAL_OPTIONS
 from ...io.settings_yaml import read_settings
+from ...io.surface_files import timepoint_count
 from . import files
 from .atlases import parse_atlases
 from .bids import BidsSettings, bids_subjects
@@ -82,6 +83,10 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
     splits = raw.get("splits")
     if splits == "random":
         splits = halve([s.subject for s in subjects], participants, random_state=random_state)
+    elif splits is None and bids is not None:
+        # participants differ in their runs and lengths: halves balanced by time points
+        timepoints = {s.subject: timepoint_count(s) for s in subjects}
+        splits = halve([s.subject for s in subjects], participants, timepoints=timepoints)
     elif splits is not None and not (
         isinstance(splits, dict) and all(isinstance(v, list) for v in splits.values())
     ):

@@ -17,10 +17,21 @@ __all__ = ["check_splits", "halve"]
 
 
 def halve(
-    ids: list[str], participants: dict[str, str], *, random_state: int | None = None
+    ids: list[str],
+    participants: dict[str, str],
+    *,
+    random_state: int | None = None,
+    timepoints: dict[str, int] | None = None,
 ) -> dict[str, list[str]]:
     """Two splits of the subject ids: the participants sorted (or shuffled with
-    ``random_state``) and halved, each participant's ids in one split."""
+    ``random_state``) and halved, each participant's ids in one split.
+
+    With ``timepoints`` (each id's), participants are then swapped between the halves while
+    a swap brings the two splits' time points closer (the best swap first): the splits keep
+    their numbers of participants, and a study whose participants have equal time points
+    keeps its sorted halves. Four participants of 1, 1, 2 and 2 runs split 3 : 3 runs, not
+    2 : 4.
+    """
     groups: dict[str, list[str]] = {}
     for i in sorted(ids):
         groups.setdefault(participants.get(i, i), []).append(i)
@@ -28,9 +39,13 @@ def halve(
     if random_state is not None:
         order = [order[j] for j in np.random.default_rng(random_state).permutation(len(order))]
     half = len(order) // 2
+    first, second = order[:half], order[half:]
+    if timepoints is not None:
+        weight = {p: sum(int(timepoints[i]) for i in groups[p]) for p in order}
+        first, second = _balanced(first, second, weight)
     return {
-        "split1": sorted(i for p in order[:half] for i in groups[p]),
-        "split2": sorted(i for p in order[half:] for i in groups[p]),
+        "split1": sorted(i for p in first for i in groups[p]),
+        "split2": sorted(i for p in second for i in groups[p]),
     }
 
 
@@ -81,6 +96,32 @@ def check_splits(
                         "data between the splits."
                     )
             owners.setdefault(real, []).append(s)
+
+
+def _balanced(
+    first: list[str], second: list[str], weight: dict[str, int]
+) -> tuple[list[str], list[str]]:
+    """The two halves after the swaps that most reduce their difference in weight, one at a
+    time until none does (the first of equal swaps in sorted order: deterministic)."""
+    first, second = list(first), list(second)
+    while first and second:
+        diff = sum(weight[p] for p in first) - sum(weight[p] for p in second)
+        w2 = np.array([weight[p] for p in second])
+        order2 = np.argsort(w2, kind="stable")
+        best: tuple[int, int, int] | None = None  # (new |diff|, index in first, in second)
+        for a, p in enumerate(first):
+            # swapping p for q changes the difference by 2 (w_q - w_p): q near w_p - diff/2
+            at = int(np.searchsorted(w2[order2], weight[p] - diff / 2))
+            for j in {max(at - 1, 0), min(at, len(second) - 1)}:
+                b = int(order2[j])
+                gap = abs(diff - 2 * (weight[p] - int(w2[b])))
+                if gap < abs(diff) and (best is None or (gap, a, b) < best):
+                    best = (gap, a, b)
+        if best is None:
+            break
+        _, a, b = best
+        first[a], second[b] = second[b], first[a]
+    return sorted(first), sorted(second)
 
 
 def _content_identity(path: str | os.PathLike[str]) -> Any:

@@ -14,6 +14,7 @@ Each subject is then z-scored per vertex by the ingest stage, as without preproc
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,15 @@ def read_confounds(
     return out
 
 
+#: the least share of a run's volumes that scrubbing may leave: below it the run fails in
+#: one line (studies that censor motion leave such participants out, most by a stricter
+#: rule)
+MIN_KEPT = 0.5
+
 #: vertices per call of nilearn's ``signal.clean`` (16 MB of float64 at 1,000 time points)
 CLEAN_BLOCK = 2048
+
+
 def denoise_confounds(
     s: SubjectFiles, denoise: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -103,13 +111,23 @@ def denoise_confounds(
         )
     img: Any = str(s.paths[0]) if s.kind == "cifti" else [str(p) for p in s.paths]
     try:
-        if "preset" in denoise:
-            table, mask = load_confounds_strategy(img, denoise_strategy=denoise["preset"])
-        else:
-            table, mask = load_confounds(img, **denoise)
+        with warnings.catch_warnings():
+            # every volume an outlier: said below, in one line naming the subject
+            warnings.filterwarnings("ignore", "All volumes were marked", RuntimeWarning)
+            if "preset" in denoise:
+                table, mask = load_confounds_strategy(img, denoise_strategy=denoise["preset"])
+            else:
+                table, mask = load_confounds(img, **denoise)
     except (ValueError, FileNotFoundError, KeyError) as err:
         raise ValueError(f"subject {s.subject}: denoising {s.paths[0]}: {err}") from None
-    return np.asarray(table, np.float64), None if mask is None else np.asarray(mask, np.int64)
+    table = np.asarray(table, np.float64)
+    if mask is not None and len(mask) < MIN_KEPT * table.shape[0]:
+        raise ValueError(
+            f"subject {s.subject}: scrubbing keeps {len(mask)} of its {table.shape[0]} volumes "
+            f"(fewer than {MIN_KEPT:.0%}: it moved too much to be parcellated with the others); "
+            "leave it out with --participant-label, or denoise without scrubbing."
+        )
+    return table, None if mask is None else np.asarray(mask, np.int64)
 
 
 def clean_subject(

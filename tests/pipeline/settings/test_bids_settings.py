@@ -114,3 +114,117 @@ def test_bad_bids_input_fails_in_one_line(tree, tmp_path):
     assert res.exit_code != 0 and "--bids" in res.output
     res = runner.invoke(cli.main, ["run", "--participant-label", "01", str(tmp_path / "x.yaml")])
     assert res.exit_code != 0
+
+
+@pytest.fixture(scope="module")
+def messy_tree(tmp_path_factory):
+    """An fMRIPrep tree as real studies have them, on a small custom mesh: sub-02 has a
+    task run beside rest, sub-03 a dir-AP and dir-PA pair, sub-04 two sessions, and sub-05
+    moved in every volume (framewise displacement 0.9 mm)."""
+    import pandas as pd
+
+    root = tmp_path_factory.mktemp("messy")
+    study = _tiny_study(n_subjects=(4, 4))
+    write_study(study, root / "src", fmt="fmriprep")
+    runs = {  # the written subject -> its place in the messy tree
+        "001": "sub-01/func/sub-01_task-rest",
+        "002": "sub-02/func/sub-02_task-rest",
+        "003": "sub-02/func/sub-02_task-nback",
+        "004": "sub-03/func/sub-03_task-rest_dir-AP",
+        "005": "sub-03/func/sub-03_task-rest_dir-PA",
+        "006": "sub-04/ses-1/func/sub-04_ses-1_task-rest",
+        "007": "sub-04/ses-2/func/sub-04_ses-2_task-rest",
+        "008": "sub-05/func/sub-05_task-rest",
+    }
+    for label, stem in runs.items():
+        (root / stem).parent.mkdir(parents=True, exist_ok=True)
+        for f in (root / "src" / f"sub-{label}" / "func").iterdir():
+            f.rename(root / (stem + f.name.removeprefix(f"sub-{label}_task-rest")))
+    confounds = root / "sub-05/func/sub-05_task-rest_desc-confounds_timeseries.tsv"
+    table = pd.read_csv(confounds, sep="\t")
+    table["framewise_displacement"] = np.r_[np.nan, np.full(len(table) - 1, 0.9)]
+    table.to_csv(confounds, sep="\t", index=False, na_rep="n/a")
+    pipeline = root / "mesh.yaml"  # the custom mesh: a standard one needs no file
+    mesh = {h: str(root / "src" / f"{h[0]}h.surf.gii") for h in ("left", "right")}
+    pipeline.write_text(yaml.safe_dump({"mesh": mesh}))
+    return root, pipeline
+
+
+def _tiny_study(n_subjects):
+    from lsd_dask.datasets import surface_study
+    from lsd_dask.surface import two_hemisphere_mesh
+
+    return surface_study(
+        two_hemisphere_mesh(5, 6, radius=50.0),
+        n_parcels=6,
+        n_subjects=n_subjects,
+        n_timepoints=40,
+        medial_wall_fraction=0.1,
+        noise_std=0.7,
+        random_state=5,
+    )
+
+
+def test_the_readme_command_on_a_messy_fmriprep_tree(messy_tree, tmp_path, scheduler_address):
+    """The README's command as BIDS Apps users type it (labels separated by spaces): the
+    task is asked for, dir-AP and dir-PA runs are subjects of their own in one split,
+    the halves balanced by time points, and a participant scrubbing would empty fails in
+    one line naming it."""
+    root, pipeline = messy_tree
+    base = ["run", str(pipeline), "--bids", str(root), "--space", "custom", "--spins", "0"]
+    base += ["--k", "4", "--method", "directional", "--rank", "10", "--denoise", "scrubbing"]
+    base += ["--scheduler", scheduler_address]
+    runner = CliRunner()
+    res = runner.invoke(cli.main, [*base, "--participant-label", "01", "02", "03", "04"])
+    assert res.exit_code != 0
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "2 tasks (nback, rest)" in errors[0], res.output
+    assert "--task" in errors[0]
+    out = tmp_path / "out"
+    args = [*base, "--participant-label", "01", "02", "03", "04", "--task", "rest"]
+    res = runner.invoke(cli.main, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    report = json.loads((out / "report.json").read_text())
+    # sorted halves would be 01, 02 (80 time points) against 03, 04 (160): a swap of 01
+    # and 03 (the first of the two equal swaps) makes them 120 and 120, each
+    # participant's runs in one split
+    assert report["config"]["splits"] == {
+        "split1": ["sub-02", "sub-03_dir-AP", "sub-03_dir-PA"],
+        "split2": ["sub-01", "sub-04_ses-1", "sub-04_ses-2"],
+    }
+    for split in ("split1", "split2"):
+        assert sum(open_split(out / "work" / f"{split}.zarr").timepoints) == 3 * 38
+    # the task from fMRIPrep's filter file this time
+    (tmp_path / "filter.json").write_text(json.dumps({"bold": {"task": "rest"}}))
+    res = runner.invoke(
+        cli.main,
+        [*base, "--participant-label", "01", "05", "--bids-filter-file", str(tmp_path / "filter.json"),
+         "--out", str(tmp_path / "b")],
+    )  # fmt: skip
+    assert res.exit_code != 0
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "subject sub-05: scrubbing keeps 0 of its 40" in errors[0]
+    assert "Traceback" not in res.output, res.output
+
+
+def test_a_bids_filter_file_chooses_runs_as_fmriprep_s_does(messy_tree, tmp_path):
+    """fMRIPrep's filter file (pybids' entity names) and the bids: keys choose the same
+    runs; a bad filter fails in one line naming the file and the key."""
+    from lsd_dask.pipeline.settings.bids import BidsSettings, bids_subjects, read_filter_file
+
+    root, _ = messy_tree
+    path = tmp_path / "filter.json"
+    path.write_text(json.dumps({"bold": {"task": "rest", "direction": "PA", "space": "custom"}}))
+    chosen = read_filter_file(path)
+    assert chosen == {"task": "rest", "dir": "PA", "space": "custom"}
+    subjects, _ = bids_subjects(BidsSettings(root=str(root), **chosen))
+    assert [s.subject for s in subjects] == ["sub-03"]
+    path.write_text(json.dumps({"bold": {"session": 1, "space": "custom", "task": "rest"}}))
+    subjects, _ = bids_subjects(BidsSettings(root=str(root), **read_filter_file(path)))
+    assert [s.subject for s in subjects] == ["sub-04"]  # ses-1 only: one run, its own id
+    path.write_text(json.dumps({"bold": {"hemi": "L"}}))
+    with pytest.raises(ValueError, match=r"filter\.json: bold\.hemi is not an entity"):
+        read_filter_file(path)
+    path.write_text(json.dumps({"t1w": {"session": "1"}}))
+    with pytest.raises(ValueError, match=r'only the "bold" query applies'):
+        read_filter_file(path)
