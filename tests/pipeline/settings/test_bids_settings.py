@@ -196,11 +196,10 @@ def test_the_readme_command_on_a_messy_fmriprep_tree(messy_tree, tmp_path, sched
         assert sum(open_split(out / "work" / f"{split}.zarr").timepoints) == 3 * 38
     # the task from fMRIPrep's filter file this time
     (tmp_path / "filter.json").write_text(json.dumps({"bold": {"task": "rest"}}))
+    chosen = ["--bids-filter-file", str(tmp_path / "filter.json")]
     res = runner.invoke(
-        cli.main,
-        [*base, "--participant-label", "01", "05", "--bids-filter-file", str(tmp_path / "filter.json"),
-         "--out", str(tmp_path / "b")],
-    )  # fmt: skip
+        cli.main, [*base, "--participant-label", "01", "05", *chosen, "--out", str(tmp_path / "b")]
+    )
     assert res.exit_code != 0
     errors = [ln for ln in res.output.splitlines() if ln.startswith("Error:")]
     assert len(errors) == 1 and "subject sub-05: scrubbing keeps 0 of its 40" in errors[0]
