@@ -3,8 +3,8 @@
 Readers return one subject as ``(n_vertices, n_timepoints)`` float32 with the left
 hemisphere first, plus the per-hemisphere vertex counts. Writers produce files that
 Connectome Workbench and nilearn open: ``.label.gii`` per hemisphere and ``.dlabel.nii``
-(CIFTI-2 dense label) for CIFTI inputs. Label 0 is ``Background`` (as in the run's
-``_dseg.tsv``), transparent; parcels from 1.
+(CIFTI-2 dense label) for CIFTI inputs. Label 0 is Workbench's unlabelled key ``???``
+(``Background`` in the run's ``_dseg.tsv``), transparent; parcels from 1.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from .atomic import atomic_path
 
 __all__ = [
     "HEMISPHERES",
+    "UNLABELLED",
     "SubjectFiles",
     "load_image",
     "load_subject",
@@ -54,6 +55,9 @@ __all__ = [
 ]
 
 HEMISPHERES = ("left", "right")
+
+#: the name of label 0 in label tables: Connectome Workbench's unlabelled key
+UNLABELLED = "???"
 _CIFTI_NAMES = {"left": "CIFTI_STRUCTURE_CORTEX_LEFT", "right": "CIFTI_STRUCTURE_CORTEX_RIGHT"}
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -282,15 +286,20 @@ def load_mesh(
 def label_table(
     n_labels: int, *, colours: np.ndarray | None = None, seed: int = 0
 ) -> dict[int, tuple[str, tuple[float, ...]]]:
-    """Names and RGBA colours for labels 0..n_labels: 0 is ``Background``, transparent
-    (the surface shows through), in ``colours[0]``'s RGB when given.
+    """Names and RGBA colours for labels 0..n_labels: 0 is ``???``, transparent (the
+    surface shows through), in ``colours[0]``'s RGB when given.
+
+    ``???`` is Connectome Workbench's unlabelled key: under another name Workbench takes
+    key 0 for a parcel (``-cifti-parcellate`` then makes K + 1 parcels, ``-label-to-border``
+    warns of conflicting keys, and a label table it exports cannot be imported again).
+    The run's ``_dseg.tsv`` keeps BIDS' ``Background`` for index 0.
 
     Names are ``parcel0001``... (as in the run's ``_dseg.tsv``). ``colours``: RGB(A) rows
     in [0, 1] for ids 0..n_labels; None draws seeded random colours.
     """
     rng = np.random.default_rng(seed)
     r0, g0, b0 = (0.0, 0.0, 0.0) if colours is None else (float(v) for v in colours[0][:3])
-    table: dict[int, tuple[str, tuple[float, ...]]] = {0: ("Background", (r0, g0, b0, 0.0))}
+    table: dict[int, tuple[str, tuple[float, ...]]] = {0: (UNLABELLED, (r0, g0, b0, 0.0))}
     for i in range(1, n_labels + 1):
         if colours is not None:
             r, g, b = (float(v) for v in np.asarray(colours)[i][:3])

@@ -166,13 +166,13 @@ def test_label_files_open_in_nibabel(tmp_path, data):
     lax, bm = img.header.get_axis(0), img.header.get_axis(1)
     assert isinstance(lax, cifti2.LabelAxis) and isinstance(bm, cifti2.BrainModelAxis)
     np.testing.assert_array_equal(np.asarray(img.dataobj)[0], lab)
-    assert lax.label[0][0][0] == "Background" and set(lax.label[0]) >= set(range(6))
+    assert lax.label[0][0][0] == "???" and set(lax.label[0]) >= set(range(6))
     g = nib.load(
         str(write_label_gifti(tmp_path / "p.L.label.gii", lab[: sizes[0]], hemisphere="left"))
     )
     np.testing.assert_array_equal(g.darrays[0].data, lab[: sizes[0]])
     assert g.darrays[0].intent == nib.nifti1.intent_codes["NIFTI_INTENT_LABEL"]
-    assert g.labeltable.get_labels_as_dict()[0] == "Background"
+    assert g.labeltable.get_labels_as_dict()[0] == "???"
 
 
 def _dlabel_through_axes(path, labels, sizes, name, colours, vertices):

@@ -132,7 +132,7 @@ def test_nilearn_plots_each_dseg_with_its_own_table(run):
         assert set(np.unique(both)) == set(lut["index"])  # one table for both hemispheres
         # the label file's table agrees with the TSV, key 0 included (by name and RGB)
         table = {lb.key: lb.rgba for lb in img.labeltable.labels}
-        assert img.labeltable.get_labels_as_dict()[0] == "Background"
+        assert img.labeltable.get_labels_as_dict()[0] == "???"  # Workbench's unlabelled key
         # one colour per parcel: a colour in the viewer or the legend names one parcel
         assert lut["color"].is_unique
         for _, row in lut.iterrows():
@@ -226,6 +226,26 @@ def test_workbench_reads_every_label_file(run):
         ent, _, _ = parse_bids_name(path.name)
         # the map is named after the method, K and split
         assert f"K={ent['scale']}" in res.stdout, res.stdout
+    # Workbench's own uses of a dense label file: a subject's series parcellated into
+    # exactly K parcels (key 0 is its unlabelled ???, not a parcel), and the label table
+    # exported and imported again, each without a warning
+    dense = next(out.parent.glob("*.dtseries.nii"))
+    for path in sorted(find_atlas_folder(out).glob("*.dlabel.nii")):
+        k = int(parse_bids_name(path.name)[0]["scale"])
+        ids = np.unique(np.asarray(nib.load(str(path)).dataobj))
+        assert ids[ids > 0].size == k, path.name  # (the medial wall is not in its models)
+        parcels = out.parent / "parcels.ptseries.nii"
+        table = out.parent / "table.txt"
+        for args in (
+            ["-cifti-parcellate", str(dense), str(path), "COLUMN", str(parcels)],
+            ["-cifti-label-export-table", str(path), "1", str(table)],
+            ["-cifti-label-import", str(path), str(table), str(out.parent / "again.dlabel.nii")],
+        ):
+            res = subprocess.run(["wb_command", *args], capture_output=True, text=True, timeout=120)
+            assert res.returncode == 0 and not (res.stdout + res.stderr).strip(), (
+                res.stdout + res.stderr
+            )
+        assert nib.load(str(parcels)).header.get_axis(1).size == k, path.name
     # the surfaces the sidecars name carry their structure: Workbench draws borders on them
     left = next(find_atlas_folder(out).glob("*_hemi-L_*.label.gii"))
     side = Path(str(left).replace("hemi-L_", "")).with_suffix("").with_suffix(".json")
@@ -237,6 +257,7 @@ def test_workbench_reads_every_label_file(run):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert res.returncode == 0 and border.stat().st_size > 0, res.stderr
+    assert not (res.stdout + res.stderr).strip(), res.stdout + res.stderr  # no key conflict
 
 
 def test_scores_carry_ami_z_values_and_a_spin_null(run):
