@@ -98,8 +98,13 @@ CLUSTER_SETTINGS: dict[str, frozenset[str]] = {
     "pbs": frozenset(_JOBQUEUE | {"resource_spec", "timeout"}),
     "slurm-runner": frozenset(
         {
-            "scheduler_file", "interface", "nthreads", "memory_limit", "local_directory",
-            "dashboard_address", "timeout",
+            "scheduler_file",
+            "interface",
+            "nthreads",
+            "memory_limit",
+            "local_directory",
+            "dashboard_address",
+            "timeout",
         }  # fmt: skip
     ),
 }
@@ -354,6 +359,7 @@ def scattered_rows(X: Array, chunk: int | Sequence[int], client: Client | None =
         da.from_delayed(f, b.shape, dtype=b.dtype) for f, b in zip(futures, blocks, strict=True)
     ]
     return da.concatenate(parts, axis=0)
+
 
 class ClientPlacement:
     """The randomized SVD's placement on a distributed client

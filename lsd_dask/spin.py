@@ -95,10 +95,14 @@ def find_spheres(meshes: dict[str, Mesh], given: dict[str, str] | None = None) -
     """Sphere coordinates for the meshes, and where they came from.
 
     Returns ``{"spheres": {...} or None, "source": str}``: the ``given`` GIFTI spheres;
-    nilearn's fsaverage5 sphere for 10,242-vertex hemispheres; brainspace's conte69 sphere
-    for 32,492-vertex hemispheres (when brainspace is installed); the meshes themselves
-    when every vertex lies within 1 % of a common radius; otherwise None.
+    nilearn's fsaverage5 sphere for fsaverage5 meshes, brainspace's conte69 sphere for
+    32k_fs_LR ones (a template known by its triangles,
+    :func:`~lsd_dask.datasets.templates.identify_template`, not by its vertex count: an
+    icosphere of 32,492 vertices rotated on conte69's sphere would scramble its parcels
+    instead); the meshes themselves when every vertex lies within 1 % of a common radius;
+    otherwise None, with the reason.
     """
+    from .datasets.templates import identify_template
     from .io.surface_files import load_mesh
 
     sizes = {h: meshes[h].n_vertices for h in ("left", "right")}
@@ -110,7 +114,8 @@ def find_spheres(meshes: dict[str, Mesh], given: dict[str, str] | None = None) -
                     f"sphere.{h} has {spheres[h].shape[0]} vertices, the {h} mesh {sizes[h]}."
                 )
         return {"spheres": spheres, "source": f"the given spheres ({given['left']}, ...)"}
-    if all(n == 10242 for n in sizes.values()):
+    template = identify_template(meshes)
+    if template == "fsaverage5":
         from nilearn import datasets
 
         sphere = datasets.load_fsaverage("fsaverage5")["sphere"]
@@ -118,21 +123,22 @@ def find_spheres(meshes: dict[str, Mesh], given: dict[str, str] | None = None) -
             "spheres": {h: np.asarray(sphere.parts[h].coordinates) for h in ("left", "right")},
             "source": "nilearn's fsaverage5 sphere",
         }
-    if all(n == 32492 for n in sizes.values()):
-        try:
-            from .datasets.templates import brainspace_data
+    if template == "conte69":  # brainspace is installed: the mesh was matched with its own
+        from .datasets.templates import brainspace_data
 
-            spheres = {
-                h: load_mesh(brainspace_data(f"surfaces/conte69_32k_{x}_sphere.gii")).vertices
-                for h, x in (("left", "lh"), ("right", "rh"))
-            }
-            return {"spheres": spheres, "source": "brainspace's conte69 32k sphere"}
-        except (ImportError, FileNotFoundError):
-            pass
+        spheres = {
+            h: load_mesh(brainspace_data(f"surfaces/conte69_32k_{x}_sphere.gii")).vertices
+            for h, x in (("left", "lh"), ("right", "rh"))
+        }
+        return {"spheres": spheres, "source": "brainspace's conte69 32k sphere"}
     if all(is_sphere(meshes[h].vertices) for h in sizes):
         centred = {h: meshes[h].vertices - meshes[h].vertices.mean(axis=0) for h in sizes}
         return {"spheres": centred, "source": "the meshes (they are spheres)"}
-    return {"spheres": None, "source": "none: no sphere for these meshes (set `sphere:`)"}
+    return {
+        "spheres": None,
+        "source": "none: the meshes are neither a standard template nor spheres, so no "
+        "rotation of them is known (set `sphere:` to their spheres)",
+    }
 
 
 def radii(vertices: np.ndarray) -> np.ndarray:

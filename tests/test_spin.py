@@ -86,3 +86,27 @@ def test_spins_at_some_vertices_are_the_full_spins_there():
     part = spin_indices(_spheres(), 4, random_state=3, at=at)
     for f, p in zip(full, part, strict=True):
         np.testing.assert_array_equal(f[at], p)
+
+
+def test_a_32k_icosphere_spins_on_its_own_sphere_not_conte69s():
+    """Spins rotate a template's sphere only when the meshes are that template: an
+    icosphere with conte69's vertex count spins on itself, and made bumpy (no sphere of its
+    own, no template) it gets no spin null, with the reason, where conte69's sphere would
+    scramble its parcels."""
+    pytest.importorskip("brainspace")
+    from lsd_dask.datasets.templates import load_template
+
+    ico = two_hemisphere_mesh(57, radius=50.0)
+    found = find_spheres(ico)
+    assert found["source"] == "the meshes (they are spheres)"
+    for h in ("left", "right"):
+        centred = ico[h].vertices - ico[h].vertices.mean(axis=0)
+        np.testing.assert_allclose(found["spheres"][h], centred)
+    bumpy = {
+        h: type(m)(m.vertices * np.linspace(0.5, 1.5, m.n_vertices)[:, None], m.faces)
+        for h, m in ico.items()
+    }
+    refused = find_spheres(bumpy)
+    assert refused["spheres"] is None and "neither a standard template nor" in refused["source"]
+    conte = find_spheres(load_template("conte69").meshes)
+    assert conte["source"] == "brainspace's conte69 32k sphere"

@@ -7,12 +7,15 @@ never imported. Vertex order is the left hemisphere, then the right.
 - ``conte69`` (32k_fs_LR): 32,492 vertices per hemisphere, midthickness surface, a
   medial-wall mask (58,558 cortical vertices), the Vos de Wael and Schaefer atlases at
   100-400 parcels and their HCP group connectivity (main and holdout groups);
-- ``fsaverage5``: 10,242 vertices per hemisphere, pial surface, no mask or atlas.
+- ``fsaverage5``: 10,242 vertices per hemisphere, pial surface, the medial wall of
+  FreeSurfer's cortex labels (read off brainspace's real fsaverage5 run), no atlas.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +33,8 @@ __all__ = [
     "load_atlas",
     "load_group_connectivity",
     "brainspace_data",
+    "identify_template",
+    "medial_wall",
     "standard_mesh",
 ]
 
@@ -93,21 +98,70 @@ def load_template(name: str = "conte69") -> Template:
         raise ValueError(f"unknown template {name!r}; choose from {list(TEMPLATES)}.")
     files = {h: brainspace_data(f) for h, f in zip(HEMISPHERES, _SURFACES[name], strict=True)}
     meshes = {h: load_mesh(files[h]) for h in HEMISPHERES}
-    if name == "conte69":
-        cortex = np.concatenate(
-            [
-                np.loadtxt(brainspace_data(f"surfaces/conte69_32k_{h}_mask.csv")) > 0
-                for h in ("lh", "rh")
-            ]
-        )
-    else:
-        cortex = np.ones(sum(m.n_vertices for m in meshes.values()), bool)
+    cortex = ~medial_wall(name)
     return Template(name, meshes, cortex, files)
 
 
 #: the standard meshes a pipeline file may name (``mesh: fsaverage5``), by vertices per
 #: hemisphere; one is chosen when no mesh is given and the data's vertex count matches
 STANDARD_MESHES = {"conte69": 32492, "fsaverage5": 10242}
+
+
+def identify_template(meshes: Mapping[str, Mesh]) -> str | None:
+    """The standard mesh (a key of :data:`STANDARD_MESHES`) whose triangles the meshes
+    have, or None: a custom mesh.
+
+    A template is known by its topology, not its vertex count: every surface of a template
+    (pial, white, midthickness, inflated, sphere; any subject's, resampled to it) shares
+    its triangles, while a custom mesh with as many vertices (an icosphere of 32,492) has
+    others. Triangles are compared as sets of vertex triples, so their order and
+    winding do not matter. A template whose package is missing is never matched.
+    """
+    sizes = [meshes[h].n_vertices for h in HEMISPHERES]
+    for name, n in STANDARD_MESHES.items():
+        if sizes != [n, n]:
+            continue
+        try:
+            known = _template_triangles(name)
+        except (ImportError, FileNotFoundError):
+            continue
+        if all(np.array_equal(_triangles(meshes[h].faces), known[h]) for h in HEMISPHERES):
+            return name
+    return None
+
+
+def medial_wall(name: str) -> np.ndarray:
+    """The medial wall of a standard mesh: bool over both hemispheres' vertices, True where
+    a template carries no cortex.
+
+    ``conte69``: brainspace's mask (3,221 and 3,205 vertices; 58,558 of cortex).
+    ``fsaverage5``: the vertices that hold 0 in every volume of the real fsaverage5 run
+    brainspace ships (FreeSurfer writes no data outside its cortex label there): 888 and
+    881, the medial wall of FreeSurfer's ``lh.cortex.label`` and ``rh.cortex.label``.
+    """
+    return _medial_wall(name).copy()
+
+
+@functools.cache
+def _medial_wall(name: str) -> np.ndarray:
+    if name == "conte69":
+        return ~np.concatenate(
+            [
+                np.loadtxt(brainspace_data(f"surfaces/conte69_32k_{h}_mask.csv")) > 0
+                for h in ("lh", "rh")
+            ]
+        )
+    if name == "fsaverage5":
+        import nibabel as nib
+
+        run = "preprocessing/sub-010188_ses-02_task-rest_acq-AP_run-01.fsa5.{}.mgz"
+        return np.concatenate(
+            [
+                ~np.asarray(nib.load(brainspace_data(run.format(h))).dataobj).squeeze().any(axis=1)
+                for h in ("lh", "rh")
+            ]
+        )
+    raise ValueError(f"unknown template {name!r}; choose from {list(TEMPLATES)}.")
 
 
 def standard_mesh(name: str) -> tuple[dict[str, Path], str]:
@@ -167,3 +221,15 @@ def _check_atlas(name: str, scale: int) -> None:
         raise ValueError(f"unknown atlas {name!r}; choose from {list(ATLASES)}.")
     if int(scale) not in ATLASES[name]:
         raise ValueError(f"atlas {name!r} comes at scales {list(ATLASES[name])}, not {scale}.")
+
+
+@functools.cache
+def _template_triangles(name: str) -> dict[str, np.ndarray]:
+    files, _ = standard_mesh(name)
+    return {h: _triangles(load_mesh(files[h]).faces) for h in HEMISPHERES}
+
+
+def _triangles(faces: np.ndarray) -> np.ndarray:
+    """A mesh's triangles in one canonical order: each triple sorted, the rows sorted."""
+    f = np.sort(np.asarray(faces, np.int64), axis=1)
+    return f[np.lexsort(f.T[::-1])]

@@ -54,13 +54,11 @@ __all__ = [
 #: the BIDS version the derivative follows (atlas derivatives arrived in 1.11)
 BIDS_VERSION = "1.11.0"
 
-#: vertices per hemisphere -> (template, density, what the density means)
+#: a standard mesh (as :func:`lsd_dask.datasets.templates.identify_template` names it) ->
+#: (template, density, what the density means)
 _TEMPLATES = {
-    10242: ("fsaverage", "10k", "fsaverage5: 10,242 vertices per hemisphere"),
-    40962: ("fsaverage", "41k", "fsaverage6: 40,962 vertices per hemisphere"),
-    163842: ("fsaverage", "164k", "fsaverage: 163,842 vertices per hemisphere"),
-    32492: ("fsLR", "32k", "32k_fs_LR: 32,492 vertices per hemisphere"),
-    59292: ("fsLR", "59k", "59k_fs_LR: 59,292 vertices per hemisphere"),
+    "fsaverage5": ("fsaverage", "10k", "fsaverage5: 10,242 vertices per hemisphere"),
+    "conte69": ("fsLR", "32k", "32k_fs_LR: 32,492 vertices per hemisphere"),
 }
 _LABEL = re.compile(r"^[A-Za-z0-9]+$")
 
@@ -128,23 +126,22 @@ def parse_bids_name(name: str) -> tuple[dict[str, str], str, str]:
     return entities, suffix, dot + ext
 
 
-def surface_template(hemisphere_sizes: list[int]) -> dict[str, str]:
-    """``tpl`` and ``den`` entities of a standard mesh from its vertices per hemisphere
-    (fsaverage5 -> fsaverage/10k, 32k_fs_LR -> fsLR/32k); ``tpl-custom`` with the vertex
-    count as density otherwise."""
-    n = int(hemisphere_sizes[0])
-    if n in _TEMPLATES and all(int(s) == n for s in hemisphere_sizes):
-        template, den, _ = _TEMPLATES[n]
+def surface_template(hemisphere_sizes: list[int], standard: str | None) -> dict[str, str]:
+    """``tpl`` and ``den`` entities of the run's mesh: those of the standard mesh it was
+    found to be (``standard``, by its triangles: fsaverage5 -> fsaverage/10k, conte69 ->
+    fsLR/32k); ``tpl-custom`` with the vertex count as density otherwise, whatever the
+    count (an icosphere of 32,492 vertices is not fsLR)."""
+    if standard in _TEMPLATES:
+        template, den, _ = _TEMPLATES[standard]
         return {"tpl": template, "den": den}
-    return {"tpl": "custom", "den": str(n)}
+    return {"tpl": "custom", "den": str(int(hemisphere_sizes[0]))}
 
 
-def density_description(hemisphere_sizes: list[int]) -> str:
+def density_description(hemisphere_sizes: list[int], standard: str | None) -> str:
     """The sidecar's ``Density``: what the ``den`` entity of :func:`surface_template`
     means."""
-    n = int(hemisphere_sizes[0])
-    if n in _TEMPLATES and all(int(s) == n for s in hemisphere_sizes):
-        return _TEMPLATES[n][2]
+    if standard in _TEMPLATES:
+        return _TEMPLATES[standard][2]
     sizes = " and ".join(f"{int(s):,}" for s in hemisphere_sizes)
     return f"the run's own mesh: {sizes} vertices (left and right hemisphere)"
 

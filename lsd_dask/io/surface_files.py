@@ -264,9 +264,7 @@ def write_zarr_subject(
     return p
 
 
-def load_mesh(
-    path: str | os.PathLike[str], hemi: str | None = None, what: str = "mesh"
-) -> Mesh:
+def load_mesh(path: str | os.PathLike[str], hemi: str | None = None, what: str = "mesh") -> Mesh:
     """A GIFTI surface (``.surf.gii``): vertices and triangles. ``hemi``: the hemisphere it
     is given as, checked against the file's own ``AnatomicalStructurePrimary`` (``what``
     names the setting in the error)."""

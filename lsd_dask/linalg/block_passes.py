@@ -96,9 +96,7 @@ class BlockPasses:
         return tsqr(Y, self.row_chunks, persist=self.eager, placement=self.placement)
 
     def basis(self, Y: Any) -> Any:
-        return tsqr(
-            Y, self.row_chunks, persist=self.eager, exact=False, placement=self.placement
-        )
+        return tsqr(Y, self.row_chunks, persist=self.eager, exact=False, placement=self.placement)
 
     def scaled_basis(self, Y: Any) -> Any:
         if self.eager and len(self.row_chunks) == 1:  # the whole basis on one worker
@@ -330,5 +328,3 @@ def _column_bounds(z: Any, dtype: Any) -> list[Any]:
     n, m = z.shape
     step = min(z.chunks[1], _max_block_columns(n, np.dtype(dtype).itemsize))
     return [(a, min(m, a + step)) for a in range(0, m, step)]
-
-

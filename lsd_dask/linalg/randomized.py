@@ -331,5 +331,3 @@ def range_finder(
     P, M = economic_qr(Bt, with_q=row_basis)
     done(total, "transpose")
     return P, M, Q
-
-

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ...datasets.templates import identify_template
 from ...io.lock import WorkLock
 from ...io.storage import Folder, is_local
 from ...io.surface_files import HEMISPHERES
@@ -129,6 +130,11 @@ class RunContext:
     def kept(self) -> np.ndarray:
         """The vertices the mask keeps (after the mask stage)."""
         return np.asarray(self.wd.load_npy(self.wd.mask), bool)
+
+    @cached_property
+    def template(self) -> str | None:
+        """The standard mesh the run's meshes are (by their triangles), or None: custom."""
+        return identify_template(self.meshes)
 
     @cached_property
     def adjacency(self) -> sp.csr_matrix:

@@ -76,11 +76,11 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
     # the input's own brain models, when every subject is CIFTI
     cifti = cfg.subjects[0].paths[0] if all(s.kind == "cifti" for s in cfg.subjects) else None
     vertices = cifti_vertices(cifti) if cifti is not None else None
-    template = surface_template(sizes)
+    template = surface_template(sizes, ctx.template)
     surfaces = _copy_surfaces(out, cfg.mesh, template)
     files += surfaces.values()
     common = {
-        "Density": density_description(sizes),
+        "Density": density_description(sizes, ctx.template),
         "SpatialReference": {h: p.relative_to(out).as_posix() for h, p in surfaces.items()},
     }
     rows = {(r["method"], r["k"]): r for r in scores}
@@ -167,9 +167,7 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
     return files
 
 
-def _copy_surfaces(
-    out: Path, mesh: dict[str, str], template: dict[str, str]
-) -> dict[str, Path]:
+def _copy_surfaces(out: Path, mesh: dict[str, str], template: dict[str, str]) -> dict[str, Path]:
     """The run's meshes, copied into ``surfaces/`` so that the label files' sidecars can
     name the surfaces they lie on (``SpatialReference``) within the derivative."""
     copied = {}

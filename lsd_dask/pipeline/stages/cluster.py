@@ -332,5 +332,3 @@ def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) 
             f"({out['blur_steps']} steps{chosen})"
         )
     log(f"[cluster] {progress} {_fit_name(j)}: {out['seconds']:.1f} s{iters}{parcels}{blur}{where}")
-
-

@@ -101,9 +101,7 @@ class EvaluationStage(StageBase):
                 f"evaluate/{spec.name}/K{k}",
                 {
                     **common,
-                    "labels": {
-                        s: ctx.fingerprint(f"cluster/{s}/{spec.name}/K{k}") for s in splits
-                    },
+                    "labels": {s: ctx.fingerprint(f"cluster/{s}/{spec.name}/K{k}") for s in splits},
                 },
                 [wd.folder.join("evaluation", f"{spec.name}_K{k}.json")],
                 label=f"{spec.name} K={k}",
@@ -299,5 +297,3 @@ def _pair_estimate(ctx: RunContext) -> int:
         return len(ctx.shared["vertex_pairs"])
     V, A = ctx.kept_mesh()
     return ev.pair_count_estimate(V, A, MAX_DIST_MM, random_state=ctx.cfg.random_state)
-
-

@@ -12,6 +12,10 @@ Two cases read the subjects with a mask already known, and store the kept rows o
 current mask from an earlier run (a split re-ingested after a preprocessing change), and
 smoothing on the mesh, which mixes neighbouring vertices and so must not see a vertex the
 mask drops (a first pass then computes the mask: the one case that reads twice).
+
+When the meshes are a standard template (known by their triangles), its medial wall is
+masked too, whatever the data hold there (fMRIPrep fills it on fsaverage, or writes NaN
+with ``--medial-surface-nan``): the log and the mask's record count those vertices.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..._version import __version__
+from ...datasets.templates import medial_wall
 from ...distributed import active_client, show_progress
 from ...io.zarr_store import SplitWriter, build_split
 from ...surface import smoothing_steps
@@ -60,7 +65,7 @@ class IngestStage(StageBase):
 
     def plan(self, ctx: RunContext) -> list[Unit]:
         cfg, wd = ctx.cfg, ctx.wd
-        mask_key = _mask_key(cfg, ctx.sizes, ctx.log)
+        mask_key = _mask_key(cfg, ctx.sizes, ctx.log, ctx.template)
         by_id = {s.subject: s for s in cfg.subjects}
         return [
             Unit("mask", mask_key, [wd.mask, wd.mask_info]),
@@ -79,8 +84,8 @@ class IngestStage(StageBase):
     def load(self, ctx: RunContext, unit: Unit) -> dict[str, Any] | None:
         if unit.name != "mask":
             return None
-        check_kept(ctx, ctx.kept)
         info: dict[str, Any] = json.loads(ctx.wd.read_text(ctx.wd.mask_info))
+        check_kept(ctx, ctx.kept, info)
         return info
 
     def compute(self, ctx: RunContext, todo: list[Unit]) -> Iterator[tuple[Unit, Any]]:
@@ -89,15 +94,19 @@ class IngestStage(StageBase):
         need = [u for u in todo if u is not mask_unit]
         kept: np.ndarray | None = None
         info: dict[str, Any] | None = None
+        name = ctx.template
+        wall = None if name is None else medial_wall(name)
         if mask_unit is None:
             kept = ctx.kept
         elif cfg.preprocess.smoothing_mm > 0 or len(need) < len(ctx.splits):
             # the mask needs every subject's statistics, and must be known before a blur
             # mixes vertices: a pass of its own when not every split is ingested again
-            stats = _run(cfg, [(s, None) for s in cfg.subjects], sizes, None, None, log, "mask")
-            kept, info = _combine(cfg, stats, sizes)
+            stats = _run(
+                cfg, [(s, None) for s in cfg.subjects], sizes, None, None, log, "mask", wall
+            )
+            kept, info = _combine(cfg, stats, sizes, wall, name)
             _save_mask(wd, kept, info)
-            check_kept(ctx, kept)
+            check_kept(ctx, kept, info)
             yield mask_unit, info
             mask_unit = None
         smoothing = _smoothing(ctx, kept) if cfg.preprocess.smoothing_mm > 0 else None
@@ -118,13 +127,13 @@ class IngestStage(StageBase):
                 for split in writers
                 for j, i in enumerate(ctx.splits[split])
             ]
-            stats = _run(cfg, jobs, sizes, kept, smoothing, log, "ingest")
+            stats = _run(cfg, jobs, sizes, kept, smoothing, log, "ingest", wall)
             stored_rows = "kept" if kept is not None else "surface"
             if kept is None:
-                kept, info = _combine(cfg, stats, sizes)
+                kept, info = _combine(cfg, stats, sizes, wall, name)
                 check_flat(stats, kept)
                 _save_mask(wd, kept, info)
-                check_kept(ctx, kept)
+                check_kept(ctx, kept, info)
             for split, w in writers.items():
                 ids = ctx.splits[split]
                 w.finish(
@@ -139,12 +148,15 @@ class IngestStage(StageBase):
             yield u, None
 
 
-def check_kept(ctx: RunContext, kept: np.ndarray) -> None:
+def check_kept(ctx: RunContext, kept: np.ndarray, info: dict[str, Any]) -> None:
     """Report the mask; every comparison atlas must label the kept vertices and every K
     fit in them."""
+    wall = int(info.get("n_medial_wall", 0))
+    data = int((~kept).sum()) - wall
+    where = f", {wall} more on {info['medial_wall']}'s medial wall" if wall else ""
     ctx.log(
         f"[mask] {int((~kept).sum())} of {kept.size} vertices masked "
-        f"(constant or non-finite in some subject)"
+        f"({data} constant or non-finite in some subject{where})"
     )
     check_coverage(ctx.cfg.compare_atlases, ctx.atlases, kept)
     n_kept = int(kept.sum())
@@ -168,7 +180,7 @@ def _smoothing(ctx: RunContext, kept: np.ndarray | None) -> tuple[int, Any]:
     return steps, A
 
 
-def _mask_key(cfg: PipelineConfig, sizes: list[int], log: Log) -> dict[str, Any]:
+def _mask_key(cfg: PipelineConfig, sizes: list[int], log: Log, wall: str | None) -> dict[str, Any]:
     identity = input_identities(cfg, log)
     return {
         "subjects": [
@@ -181,6 +193,7 @@ def _mask_key(cfg: PipelineConfig, sizes: list[int], log: Log) -> dict[str, Any]
         ],
         "hemisphere_sizes": sizes,
         "nonfinite": cfg.nonfinite,
+        "medial_wall": wall,
         "lsd_dask": __version__,
     }
 
@@ -228,6 +241,7 @@ def _run(
     smoothing: tuple[int, Any] | None,
     log: Log,
     stage: str,
+    wall: np.ndarray | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run ``read_subject`` for every (subject, target): as tasks on the workers when a
     cluster is active (one log line as each finishes), else here, one after the other."""
@@ -242,7 +256,7 @@ def _run(
 
     if client is None:
         for i, (s, target) in enumerate(jobs, 1):
-            done(i, s, read_subject(s, cfg, sizes, kept, smoothing, target))
+            done(i, s, read_subject(s, cfg, sizes, kept, smoothing, target, wall=wall))
         return out
     from distributed import Event, KilledWorker, as_completed, wait
 
@@ -250,10 +264,10 @@ def _run(
     # skip their write, so nothing lands in a store being removed
     abort = Event(f"lsd-dask-ingest-abort-{uuid.uuid4().hex}", client=client)
     # the large shared arguments go to the workers once, not once per task
-    shared = client.scatter([cfg, kept, smoothing], broadcast=True, hash=False)
+    shared = client.scatter([cfg, kept, smoothing, wall], broadcast=True, hash=False)
     futures = {
         client.submit(
-            read_subject, s, shared[0], sizes, shared[1], shared[2], target, abort.name,
+            read_subject, s, shared[0], sizes, shared[1], shared[2], target, abort.name, shared[3],
             pure=False,
         ): s
         for s, target in jobs
@@ -288,18 +302,28 @@ def _memory_message(cfg: PipelineConfig, s: Any, sizes: list[int], kept: Any) ->
 
 
 def _combine(
-    cfg: PipelineConfig, stats: dict[str, dict[str, Any]], sizes: list[int]
+    cfg: PipelineConfig,
+    stats: dict[str, dict[str, Any]],
+    sizes: list[int],
+    wall: np.ndarray | None,
+    name: str | None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """The kept vertices (good in every subject) and the mask's record."""
+    """The kept vertices (good in every subject, off the template's medial wall) and the
+    mask's record."""
     n = sum(sizes)
     bad = np.zeros(n, bool)
     for st in stats.values():
         bad |= np.unpackbits(st["bad"], count=n).astype(bool)
+    # the medial wall's vertices that the data left unmasked (fMRIPrep fills them)
+    on_wall = np.zeros(n, bool) if wall is None else wall & ~bad
+    bad |= on_wall
     if bad.all():
         raise ValueError("every vertex is constant or non-finite in some subject.")
     info = {
         "n_vertices": n,
         "n_masked": int(bad.sum()),
+        "medial_wall": name,
+        "n_medial_wall": int(on_wall.sum()),
         "hemisphere_sizes": sizes,
         "per_subject": {
             s.subject: {

@@ -30,10 +30,13 @@ def read_subject(
     smoothing: tuple[int, Any] | None,
     target: tuple[SplitWriter, int] | None,
     abort: str | None = None,
+    wall: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """One subject, read once: its mask statistics, and (with a target) its standardised
     time series written as subject ``index`` of the store being built. ``abort``: the name
-    of a distributed Event that, once set, stops the task before it reads or writes."""
+    of a distributed Event that, once set, stops the task before it reads or writes.
+    ``wall``: the template's medial wall, masked whatever it holds (fMRIPrep's
+    ``--medial-surface-nan`` writes NaN there), so non-finite values there are no error."""
     if _aborted(abort):
         return {}
     try:
@@ -51,10 +54,11 @@ def read_subject(
             "needed for its correlations to mean anything."
         )
     nonfinite, constant = _scan(x)
-    if nonfinite.any() and cfg.nonfinite == "error":
+    cortical = nonfinite if wall is None else nonfinite & ~wall
+    if cortical.any() and cfg.nonfinite == "error":
         raise ValueError(
-            f"subject {s.subject}: {int(nonfinite.sum())} vertices hold NaN or inf values; "
-            "fix the data, or set `nonfinite: mask` to drop those vertices."
+            f"subject {s.subject}: {int(cortical.sum())} vertices hold NaN or inf values; "
+            "fix the data, or set `nonfinite: mask` (--nonfinite mask) to drop those vertices."
         )
     if nonfinite.any():  # those vertices are masked; their values read as 0 meanwhile
         x = np.array(x)

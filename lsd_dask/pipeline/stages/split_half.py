@@ -263,5 +263,3 @@ def _score_pairs(
             futures[fut] = job
     if futures:
         yield from finished(client, futures)
-
-

@@ -105,8 +105,7 @@ class TimeHalvesStage(StageBase):
                     "method": spec.method,
                     "features_kind": spec.features,
                     "params": {
-                        s: estimator_key(split_estimator(ctx, spec, k, s, mesh))
-                        for s in splits
+                        s: estimator_key(split_estimator(ctx, spec, k, s, mesh)) for s in splits
                     },  # fmt: skip
                 },
                 [wd.folder.join("evaluation", f"halves_{spec.name}_K{k}.json")],

@@ -62,7 +62,7 @@ def test_every_label_file_has_a_bids_name(run):
     names = sorted(p.name for p in find_atlas_folder(out).iterdir())
     # 2 methods x 2 K x 2 splits, each: 2 .label.gii, .dlabel.nii, .tsv, .json
     assert len(names) == 8 * 5
-    template = surface_template(sizes)
+    template = surface_template(sizes, None)
     assert find_atlas_folder(out) == out / f"tpl-{template['tpl']}" / "anat"
     for name in names:
         ent, suffix, ext = parse_bids_name(name)
@@ -95,9 +95,10 @@ def test_bids_names_reject_what_bids_forbids():
     assert bids_name(parse_bids_name(name)[0], "dseg", ".label.gii") == name
     with pytest.raises(ValueError, match="out of BIDS order"):
         parse_bids_name("hemi-L_tpl-fsLR_dseg.tsv")
-    assert surface_template([32492, 32492]) == {"tpl": "fsLR", "den": "32k"}
-    assert surface_template([10242, 10242]) == {"tpl": "fsaverage", "den": "10k"}
-    assert surface_template([10242, 10000]) == {"tpl": "custom", "den": "10242"}
+    assert surface_template([32492, 32492], "conte69") == {"tpl": "fsLR", "den": "32k"}
+    assert surface_template([10242, 10242], "fsaverage5") == {"tpl": "fsaverage", "den": "10k"}
+    # the vertex count alone names no template (an icosphere of 32,492 vertices)
+    assert surface_template([32492, 32492], None) == {"tpl": "custom", "den": "32492"}
 
 
 def test_dlabel_uses_the_inputs_brain_models(run):

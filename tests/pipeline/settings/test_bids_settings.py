@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from lsd_dask import cli
 from lsd_dask.datasets.studies import write_study
 from lsd_dask.distributed import connect
+from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.io.zarr_store import open_split
 from lsd_dask.pipeline import load_config, preflight
 from lsd_dask.pipeline.engine.context import RunContext
@@ -118,13 +119,25 @@ def test_bad_bids_input_fails_in_one_line(tree, tmp_path):
 
 @pytest.fixture(scope="module")
 def messy_tree(tmp_path_factory):
-    """An fMRIPrep tree as real studies have them, on a small custom mesh: sub-02 has a
-    task run beside rest, sub-03 a dir-AP and dir-PA pair, sub-04 two sessions, and sub-05
-    moved in every volume (framewise displacement 0.9 mm)."""
+    """An fMRIPrep tree as real studies have them, on fsaverage5 with data on the medial
+    wall (fMRIPrep's default): sub-02 has a task run beside rest, sub-03 a dir-AP and dir-PA
+    pair, sub-04 two sessions, and sub-05 moved in every volume (framewise displacement
+    0.9 mm) and has NaN on its medial wall (``--medial-surface-nan``)."""
+    import nibabel as nib
     import pandas as pd
 
+    from lsd_dask.datasets import surface_study
+    from lsd_dask.datasets.templates import load_template, medial_wall
+
     root = tmp_path_factory.mktemp("messy")
-    study = _tiny_study(n_subjects=(4, 4))
+    study = surface_study(
+        load_template("fsaverage5").meshes,
+        n_parcels=6,
+        n_subjects=(4, 4),
+        n_timepoints=40,
+        noise_std=0.7,
+        random_state=5,
+    )
     write_study(study, root / "src", fmt="fmriprep")
     runs = {  # the written subject -> its place in the messy tree
         "001": "sub-01/func/sub-01_task-rest",
@@ -140,38 +153,27 @@ def messy_tree(tmp_path_factory):
         (root / stem).parent.mkdir(parents=True, exist_ok=True)
         for f in (root / "src" / f"sub-{label}" / "func").iterdir():
             f.rename(root / (stem + f.name.removeprefix(f"sub-{label}_task-rest")))
+    wall = medial_wall("fsaverage5")
+    for hemi, part in (("L", wall[:10242]), ("R", wall[10242:])):
+        path = root / f"sub-05/func/sub-05_task-rest_hemi-{hemi}_space-fsaverage5_bold.func.gii"
+        img = nib.load(str(path))
+        for array in img.darrays:
+            array.data[part] = np.nan
+        nib.save(img, str(path))
     confounds = root / "sub-05/func/sub-05_task-rest_desc-confounds_timeseries.tsv"
     table = pd.read_csv(confounds, sep="\t")
     table["framewise_displacement"] = np.r_[np.nan, np.full(len(table) - 1, 0.9)]
     table.to_csv(confounds, sep="\t", index=False, na_rep="n/a")
-    pipeline = root / "mesh.yaml"  # the custom mesh: a standard one needs no file
-    mesh = {h: str(root / "src" / f"{h[0]}h.surf.gii") for h in ("left", "right")}
-    pipeline.write_text(yaml.safe_dump({"mesh": mesh}))
-    return root, pipeline
-
-
-def _tiny_study(n_subjects):
-    from lsd_dask.datasets import surface_study
-    from lsd_dask.surface import two_hemisphere_mesh
-
-    return surface_study(
-        two_hemisphere_mesh(5, 6, radius=50.0),
-        n_parcels=6,
-        n_subjects=n_subjects,
-        n_timepoints=40,
-        medial_wall_fraction=0.1,
-        noise_std=0.7,
-        random_state=5,
-    )
+    return root
 
 
 def test_the_readme_command_on_a_messy_fmriprep_tree(messy_tree, tmp_path, scheduler_address):
     """The README's command as BIDS Apps users type it (labels separated by spaces): the
-    task is asked for, dir-AP and dir-PA runs are subjects of their own in one split,
-    the halves balanced by time points, and a participant scrubbing would empty fails in
-    one line naming it."""
-    root, pipeline = messy_tree
-    base = ["run", str(pipeline), "--bids", str(root), "--space", "custom", "--spins", "0"]
+    task is asked for, dir-AP and dir-PA runs are subjects of their own in one split, the
+    halves balanced by time points, the medial wall masked, and a participant scrubbing
+    would empty fails in one line naming it."""
+    root = messy_tree
+    base = ["run", "--bids", str(root), "--space", "fsaverage5", "--spins", "0"]
     base += ["--k", "4", "--method", "directional", "--rank", "10", "--denoise", "scrubbing"]
     base += ["--scheduler", scheduler_address]
     runner = CliRunner()
@@ -194,6 +196,11 @@ def test_the_readme_command_on_a_messy_fmriprep_tree(messy_tree, tmp_path, sched
     }
     for split in ("split1", "split2"):
         assert sum(open_split(out / "work" / f"{split}.zarr").timepoints) == 3 * 38
+    # fsaverage5 known by its triangles: its medial wall masked, though the data fill it,
+    # the count in the log and the record
+    assert report["mask"]["n_medial_wall"] == 888 + 881, report["mask"]
+    assert "1769 more on fsaverage5's medial wall" in res.output
+    assert find_atlas_folder(out) == out / "tpl-fsaverage" / "anat"
     # the task from fMRIPrep's filter file this time
     (tmp_path / "filter.json").write_text(json.dumps({"bold": {"task": "rest"}}))
     chosen = ["--bids-filter-file", str(tmp_path / "filter.json")]
@@ -202,6 +209,7 @@ def test_the_readme_command_on_a_messy_fmriprep_tree(messy_tree, tmp_path, sched
     )
     assert res.exit_code != 0
     errors = [ln for ln in res.output.splitlines() if ln.startswith("Error:")]
+    # (sub-05's NaN on its medial wall is no error: the wall is masked whatever it holds)
     assert len(errors) == 1 and "subject sub-05: scrubbing keeps 0 of its 40" in errors[0]
     assert "Traceback" not in res.output, res.output
 
@@ -211,14 +219,16 @@ def test_a_bids_filter_file_chooses_runs_as_fmriprep_s_does(messy_tree, tmp_path
     runs; a bad filter fails in one line naming the file and the key."""
     from lsd_dask.pipeline.settings.bids import BidsSettings, bids_subjects, read_filter_file
 
-    root, _ = messy_tree
+    root = messy_tree
     path = tmp_path / "filter.json"
-    path.write_text(json.dumps({"bold": {"task": "rest", "direction": "PA", "space": "custom"}}))
+    path.write_text(
+        json.dumps({"bold": {"task": "rest", "direction": "PA", "space": "fsaverage5"}})
+    )
     chosen = read_filter_file(path)
-    assert chosen == {"task": "rest", "dir": "PA", "space": "custom"}
+    assert chosen == {"task": "rest", "dir": "PA", "space": "fsaverage5"}
     subjects, _ = bids_subjects(BidsSettings(root=str(root), **chosen))
     assert [s.subject for s in subjects] == ["sub-03"]
-    path.write_text(json.dumps({"bold": {"session": 1, "space": "custom", "task": "rest"}}))
+    path.write_text(json.dumps({"bold": {"session": 1, "space": "fsaverage5", "task": "rest"}}))
     subjects, _ = bids_subjects(BidsSettings(root=str(root), **read_filter_file(path)))
     assert [s.subject for s in subjects] == ["sub-04"]  # ses-1 only: one run, its own id
     path.write_text(json.dumps({"bold": {"hemi": "L"}}))
