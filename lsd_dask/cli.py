@@ -508,7 +508,8 @@ def _command_line() -> str:
     for p in ctx.command.params:
         value = ctx.params.get(p.name)
         if isinstance(p, click.Argument):
-            words.append(str(value))
+            if value is not None:  # no pipeline file: --bids alone
+                words.append(str(value))
         elif value not in (None, (), False) and value != p.default:
             for item in value if isinstance(value, tuple) else (value,):
                 words += [p.opts[0]] if item is True else [p.opts[0], str(item)]

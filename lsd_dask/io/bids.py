@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -180,25 +182,56 @@ def lookup_table(colours: np.ndarray, ids: Any = None) -> str:
 
 
 def dataset_description(
-    path: Path, *, version: str, command: str | None, readme: str | None = None
+    path: Path,
+    *,
+    version: str,
+    command: str | None,
+    readme: str | None = None,
+    source: Path | None = None,
 ) -> Path:
     """``dataset_description.json`` of a derivatives folder written by lsd-dask, with its
     ``.bidsignore`` and, given ``readme`` text, its ``README.md``. It names no
-    ``Authors``: the validator wants those in ``CITATION.cff`` alone."""
+    ``Authors``: the validator wants those in ``CITATION.cff`` alone.
+
+    ``GeneratedBy`` gives the command with each absolute path shortened to its name (a
+    shared derivative names no folder of the machine it was made on). ``source``: the
+    BIDS dataset the run read (an fMRIPrep tree), named in ``SourceDatasets`` by its path
+    relative to the output folder and the version of the pipeline that made it.
+    """
     generated: dict[str, Any] = {"Name": "lsd-dask", "Version": version}
     if command:
-        generated["Description"] = f"Run as: {command}"
-    desc = {
+        generated["Description"] = f"Run as: {_portable(command)}"
+    desc: dict[str, Any] = {
         "Name": "lsd-dask split-half cortical parcellations",
         "BIDSVersion": BIDS_VERSION,
         "DatasetType": "derivative",
         "GeneratedBy": [generated],
     }
+    if source is not None:
+        desc["SourceDatasets"] = [_source_dataset(Path(source), path.parent)]
     atomic_write_text(path, json.dumps(desc, indent=2) + "\n")
     atomic_write_text(path.parent / ".bidsignore", "\n".join(BIDS_IGNORE) + "\n")
     if readme is not None:
         atomic_write_text(path.parent / "README.md", readme)
     return path
+
+
+def _portable(command: str) -> str:
+    """A command line with each absolute path shortened to its last part."""
+    words = shlex.split(command)
+    return shlex.join(Path(w).name if os.path.isabs(w) else w for w in words)
+
+
+def _source_dataset(source: Path, output: Path) -> dict[str, str]:
+    """A ``SourceDatasets`` entry: the dataset's path from the output folder, and the
+    version of what generated it (fMRIPrep's, from its own description)."""
+    entry = {"URL": Path(os.path.relpath(source.resolve(), output.resolve())).as_posix()}
+    try:
+        described = json.loads((source / "dataset_description.json").read_text())
+        entry["Version"] = str(described["GeneratedBy"][0]["Version"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        pass  # a description without a version: the path alone
+    return entry
 
 
 def atlas_description(

@@ -66,6 +66,7 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
             version=__version__,
             command=command,
             readme=derivative_readme(cfg.methods, version=__version__, held_out=held_out),
+            source=Path(cfg.bids.root) if cfg.bids is not None else None,
         ),
         write_citation(
             out / "CITATION.cff",

@@ -22,6 +22,7 @@ from lsd_dask.pipeline import load_config, preflight
 from lsd_dask.pipeline.engine.context import RunContext
 from lsd_dask.pipeline.engine.contract import run_stage
 from lsd_dask.pipeline.stages import STAGES
+from lsd_dask.testing.bids_validator import bids_validator_errors
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +161,13 @@ def messy_tree(tmp_path_factory):
         for array in img.darrays:
             array.data[part] = np.nan
         nib.save(img, str(path))
+    fmriprep = {
+        "Name": "fMRIPrep - fMRI PREProcessing workflow",
+        "BIDSVersion": "1.4.0",
+        "DatasetType": "derivative",
+        "GeneratedBy": [{"Name": "fMRIPrep", "Version": "23.2.1"}],
+    }
+    (root / "dataset_description.json").write_text(json.dumps(fmriprep))
     confounds = root / "sub-05/func/sub-05_task-rest_desc-confounds_timeseries.tsv"
     table = pd.read_csv(confounds, sep="\t")
     table["framewise_displacement"] = np.r_[np.nan, np.full(len(table) - 1, 0.9)]
@@ -201,6 +209,13 @@ def test_the_readme_command_on_a_messy_fmriprep_tree(messy_tree, tmp_path, sched
     assert report["mask"]["n_medial_wall"] == 888 + 881, report["mask"]
     assert "1769 more on fsaverage5's medial wall" in res.output
     assert find_atlas_folder(out) == out / "tpl-fsaverage" / "anat"
+    # the source dataset named, the command without this machine's folders or a None
+    description = json.loads((out / "dataset_description.json").read_text())
+    assert description["SourceDatasets"] == [{"URL": "../../messy0", "Version": "23.2.1"}]
+    command = description["GeneratedBy"][0]["Description"]
+    assert command.startswith("Run as: lsd-dask run --bids messy0 --participant-label")
+    assert str(tmp_path) not in command and "None" not in command
+    assert bids_validator_errors(out) == []
     # the task from fMRIPrep's filter file this time
     (tmp_path / "filter.json").write_text(json.dumps({"bold": {"task": "rest"}}))
     chosen = ["--bids-filter-file", str(tmp_path / "filter.json")]
