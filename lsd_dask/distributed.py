@@ -74,7 +74,7 @@ __all__ = [
 SCHEDULER_ENV = "LSD_DASK_SCHEDULER"
 
 _JOBQUEUE = {
-    "n_workers", "name", "cores", "memory", "processes", "python", "interface",
+    "n_workers", "name", "job_name", "cores", "memory", "processes", "python", "interface",
     "death_timeout", "local_directory", "shared_temp_directory", "worker_extra_args",
     "shebang", "queue", "account", "walltime", "job_script_prologue",
     "job_extra_directives", "job_directives_skip", "log_directory", "scheduler_options",
@@ -605,7 +605,9 @@ def _runner_options(cfg: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str,
     for key in ("memory_limit", "local_directory", "interface"):
         if key in section:
             worker[key] = section[key]
-    scheduler: dict[str, Any] = {"dashboard_address": section.get("dashboard_address", ":8787")}
+    # the dashboard shows task names and data shapes: loopback unless the file asks
+    address = section.get("dashboard_address", "127.0.0.1:8787")
+    scheduler: dict[str, Any] = {"dashboard_address": address}
     if "interface" in section:
         scheduler["interface"] = section["interface"]
     scheduler_file = str(section.get("scheduler_file", "lsd-dask-scheduler-{job_id}.json"))

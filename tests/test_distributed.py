@@ -153,6 +153,9 @@ def test_cluster_configs_parse_into_the_clusters_they_name():
         assert section["walltime"] in script
         assert (f"--cpus-per-task={section['cores']}" if name == "slurm"
                 else f"ncpus={section['cores']}") in script  # fmt: skip
+        # the job's name in the queue (not the workers'), and no network a site may lack
+        assert ("#SBATCH -J lsd-dask\n" if name == "slurm" else "#PBS -N lsd-dask\n") in script
+        assert "--interface" not in script
     with pytest.raises(FileNotFoundError):
         load_cluster_config(root / "nope.yaml")
 
@@ -394,7 +397,7 @@ def test_slurm_runner_options_expand_like_a_job_script(monkeypatch):
     file, scheduler, worker = _runner_options(cfg)
     assert file == "lsd-dask-scheduler-{job_id}.json"  # SLURMRunner fills in the job id
     assert worker == {"nthreads": 4, "memory_limit": "auto", "local_directory": "/local/scratch"}
-    assert scheduler == {"dashboard_address": ":8787"}
+    assert scheduler == {"dashboard_address": "127.0.0.1:8787"}  # loopback, as the file says
     monkeypatch.delenv("TMPDIR")  # a site without it: Dask's own default, not "$TMPDIR"
     assert "local_directory" not in _runner_options(cfg)[2]
 
