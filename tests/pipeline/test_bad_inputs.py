@@ -2,9 +2,9 @@
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
-vertices are masked, a rank above the time points is clamped with a warning. Every other
-input fails with one ``Error:`` line that names the problem and the file, subject or key,
-and leaves no stamp, store, label or report that a later run would reuse.
+vertices are masked, a rank above the time points keeps half of them (said in the log).
+Every other input fails with one ``Error:`` line that names the problem and the file,
+subject or key, and leaves no stamp, store, label or report that a later run would reuse.
 """
 
 from __future__ import annotations

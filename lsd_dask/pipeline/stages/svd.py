@@ -6,6 +6,7 @@ A split's features are unit rows of U·Σ (or of U): :func:`svd_features`.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -34,6 +35,7 @@ __all__ = [
     "half_rank",
     "half_svd",
     "split_features",
+    "split_rank",
     "svd_features",
     "task_features",
 ]
@@ -129,15 +131,13 @@ class SvdStage(StageBase):
         st = open_split(wd.store(split), storage_options=options)
         blocks = st.column_blocks
         n, m = blocks.shape
-        rank = svd_rank(cfg.svd, n, m)
+        rank = split_rank(cfg.svd, n, m)
         t0 = time.perf_counter()
-        log(f"[svd] {split}: rank {rank} of {n} x {m} ({cfg.svd.method})")
-        if rank > m // 2:
-            log(
-                f"[svd] warning: rank {rank} keeps more than half of the {m} time points; the "
-                "features approach whitened data (the paper keeps 1,000 of 33,000). Lower "
-                "svd.rank."
-            )
+        why = ""
+        if rank < min(cfg.svd.rank, n):
+            why = f"; half the split's {m} time points, below svd.rank {cfg.svd.rank}"
+        log(f"[svd] {split}: rank {rank} of {n} x {m} ({cfg.svd.method}{why})")
+        settings = dataclasses.replace(cfg.svd, rank=rank)
         if cfg.svd.method == "streaming":
             cols = np.cumsum([0, *st.timepoints])
             subjects = (st.data[:, a:b] for a, b in zip(cols[:-1], cols[1:], strict=True))
@@ -146,7 +146,7 @@ class SvdStage(StageBase):
             try:
                 U, s = group_svd(
                     blocks,  # tasks read their own column blocks
-                    cfg.svd,
+                    settings,
                     cfg.random_state,
                     progress=lambda line: _progress(log, f"[svd] {split} {line}", stop),
                     workers=workers,
@@ -174,6 +174,14 @@ class SvdStage(StageBase):
 def svd_rank(settings: SvdSettings, n: int, m: int) -> int:
     """The rank an SVD of an n × m matrix keeps: ``svd.rank``, at most min(n, m)."""
     return int(min(settings.rank, n, m))
+
+
+def split_rank(settings: SvdSettings, n: int, m: int) -> int:
+    """The rank a split's SVD keeps: ``svd.rank``, at most half the split's m time points
+    (and n). A rank near m keeps the noise components too, and the features approach
+    whitened data (the paper keeps 1,000 of 33,000): the data set the rank of a small
+    study, as the default 1,000 sets a full-scale one's."""
+    return int(max(1, min(settings.rank, n, m // 2)))
 
 
 def group_svd(

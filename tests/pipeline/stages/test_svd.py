@@ -132,3 +132,31 @@ def test_a_split_stops_at_its_next_pass_once_another_has_failed():
     with pytest.raises(_Stopped):
         _progress(lines.append, "[svd] split1 pass 2 of 3", stop)
     assert lines == ["[svd] split1 pass 1 of 3"]
+
+
+def test_the_rank_follows_a_small_studys_time_points(tmp_path, study):
+    """svd.rank at its default (1,000) on a study of 2 × 60 time points a split keeps half
+    of them, 60, and the log says why, with no warning; the singular values lead as the
+    split's exact SVD's do."""
+    from lsd_dask.io.zarr_store import open_split
+    from lsd_dask.pipeline.settings.svd import SvdSettings
+
+    lines: list[str] = []
+    write_study(study, tmp_path, fmt="zarr")
+    cfg = load_config(tmp_path / "pipeline.yaml", output=str(tmp_path / "o"), svd={"rank": 1000})
+    assert cfg.svd.rank == SvdSettings().rank == 1000
+    ctx = RunContext.open(cfg, lines.append, preflight(cfg)[0])
+    run_stage(IngestStage(), ctx)
+    run_stage(SvdStage(), ctx)
+    said = [ln for ln in lines if ln.startswith("[svd] split1: rank")]
+    assert said == [
+        "[svd] split1: rank 60 of 765 x 120 (randomized; half the split's 120 time points, "
+        "below svd.rank 1000)"
+    ]
+    s = np.load(ctx.wd.s("split1"))
+    store = open_split(ctx.wd.store("split1"))
+    exact = np.linalg.svd(np.asarray(store.data, np.float64), compute_uv=False)
+    assert s.shape == (60,)
+    # the leading ones as the exact SVD's (the randomized SVD's tail is approximate)
+    np.testing.assert_allclose(s[:10], exact[:10], rtol=1e-3)
+    assert not any("warning" in ln for ln in lines)
