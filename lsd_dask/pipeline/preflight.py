@@ -88,7 +88,7 @@ def _check_worker_memory(cfg: PipelineConfig, client: Any, n: int) -> None:
     largest = max(sum(_bytes(p) for p in s.paths) for s in cfg.subjects)
     timepoints = max(1, largest // (4 * n))
     n_split = min(len(v) for v in cfg.resolved_splits().values())
-    rank = min(cfg.svd.rank, n, timepoints * n_split)
+    rank = min(cfg.svd.rank, n, timepoints * n_split // 2)  # as the SVD stage caps it
     check_worker_memory(
         client, n, int(timepoints), rank, cfg.preprocess.active, task_module=reading.__name__
     )

@@ -81,7 +81,7 @@ class SvdSettings:
     )
     rank: int = setting(
         1000,
-        note=("singular vectors kept; at most half of a split's time points are (stated in the log)"),
+        note=("singular vectors kept; a split keeps at most half its time points (the log says)"),
         minimum=1,
     )
     n_power_iter: int = setting(2, note="power iterations of the randomized SVD", minimum=0)

@@ -26,7 +26,6 @@ kept between runs: a run that stops in this stage computes them again.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -52,7 +51,7 @@ from .held_out import (
     spin_nulls,
     vertex_pairs,
 )
-from .svd import group_svd, split_rank, svd_features
+from .svd import group_svd, svd_features
 
 __all__ = ["TimeHalvesStage"]
 
@@ -163,10 +162,8 @@ def _half_svds(ctx: RunContext, split: str) -> dict[str, tuple[np.ndarray, np.nd
     out = {}
     for i, half in enumerate(st.column_blocks.halves(), 1):
         log(f"[evaluate_halves] {split} half {i} of 2: SVD of {half.shape[0]} x {half.shape[1]}")
-        # each half fits parcels as a split does: its rank at most half its time points
-        settings = dataclasses.replace(cfg.svd, rank=split_rank(cfg.svd, *half.shape))
         U, s = group_svd(
-            half, settings, cfg.random_state,
+            half, cfg.svd, cfg.random_state,
             progress=prefixed(log, f"[evaluate_halves] {split} half {i}"),
         )  # fmt: skip
         U = U.compute() if hasattr(U, "compute") else U
