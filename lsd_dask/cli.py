@@ -176,7 +176,7 @@ _LABELS = re.compile(r"(sub-)?[A-Za-z0-9]+(,(sub-)?[A-Za-z0-9]+)*,?")
     "--denoise",
     default=None,
     help="Denoising by nilearn's load_confounds on fMRIPrep's confounds: a preset (simple, "
-    "scrubbing, compcor, ica_aroma) or strategies separated by commas, e.g. "
+    "scrubbing, compcor) or strategies separated by commas, e.g. "
     "motion,wm_csf,scrub,high_pass (`preprocess.denoise`; default: none).",
 )
 @click.option(

@@ -1,4 +1,4 @@
-"""70 bad inputs through ``lsd-dask run``, one case each.
+"""72 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -373,6 +373,8 @@ CASES: dict[int, Case] = {
     ),
     69: Case(_external_gifti("sub-002.L.func.gii"), error=r"sub-002\.L\.func\.gii .*external file"),
     70: Case(_set("sub-002", "L", np.nan), args=["--nonfinite", "mask"]),  # as case 2, by flag
+    71: Case(args=["--denoise", "ica_aroma"], error=r"ica_aroma needs fMRIPrep's volumetric"),
+    72: Case(args=["--denoise", "motion,ica_aroma"], error=r"strategy: ica_aroma needs"),
 }
 
 

@@ -37,7 +37,7 @@ class PreprocessSettings:
     denoise : dict or None
         A denoising strategy of nilearn's ``load_confounds`` on fMRIPrep's files: the
         confounds TSV is found beside each subject's BOLD file. ``{"preset": name}`` runs
-        ``load_confounds_strategy`` (simple, scrubbing, compcor, ica_aroma); otherwise the
+        ``load_confounds_strategy`` (simple, scrubbing, compcor); otherwise the
         mapping holds ``load_confounds``' arguments (``strategy``: motion, wm_csf,
         global_signal, scrub, high_pass...). Scrubbed volumes are left out of the data.
     """
@@ -59,7 +59,7 @@ class PreprocessSettings:
         None,
         note=(
             "nilearn's load_confounds beside each fMRIPrep BOLD file: a preset (simple, "
-            "scrubbing, compcor, ica_aroma), strategies [motion, wm_csf, global_signal, scrub, "
+            "scrubbing, compcor), strategies [motion, wm_csf, global_signal, scrub, "
             "high_pass] or {strategy: [...], motion: basic, ...}"
         ),
     )
@@ -137,8 +137,15 @@ class PreprocessSettings:
         return cls(smoothing, detrend, hp, lp, tr, conf, list(cols), denoise)
 
 
-#: nilearn's ``load_confounds_strategy`` presets
-DENOISE_PRESETS = ("simple", "scrubbing", "compcor", "ica_aroma")
+#: nilearn's ``load_confounds_strategy`` presets that surface data can use (its
+#: ``ica_aroma`` needs fMRIPrep's volumetric ``desc-smoothAROMAnonaggr`` outputs, which
+#: no surface file has)
+DENOISE_PRESETS = ("simple", "scrubbing", "compcor")
+
+_AROMA = (
+    "ica_aroma needs fMRIPrep's volumetric desc-smoothAROMAnonaggr outputs, which surface "
+    "data do not have; use simple, scrubbing or compcor"
+)
 
 
 def denoise_setting(raw: Any) -> dict[str, Any] | None:
@@ -152,6 +159,8 @@ def denoise_setting(raw: Any) -> dict[str, Any] | None:
 
     if raw is None:
         return None
+    if raw == "ica_aroma" or (isinstance(raw, dict) and raw.get("preset") == "ica_aroma"):
+        raise ValueError(f"preprocess.denoise: {_AROMA}.")
     if isinstance(raw, str) and raw in DENOISE_PRESETS:
         return {"preset": raw}
     if isinstance(raw, str):
@@ -181,6 +190,8 @@ def denoise_setting(raw: Any) -> dict[str, Any] | None:
     names = typing.get_args(allowed[0]) if allowed else ()
     if not isinstance(strategy, list | tuple) or not strategy:
         raise ValueError(f"preprocess.denoise.strategy: a list of names, got {strategy!r}.")
+    if "ica_aroma" in strategy:
+        raise ValueError(f"preprocess.denoise.strategy: {_AROMA}.")
     bad = [str(x) for x in strategy if names and x not in names]
     if bad:
         raise ValueError(
