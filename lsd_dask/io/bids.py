@@ -4,20 +4,23 @@ Each parcellation a run makes is a group atlas on a surface template (BIDS 1.11'
 derivatives): a parcellation of split ``split1`` by a method ``directional`` at K = 200 on
 the 32k_fs_LR mesh is written as::
 
-    tpl-fsLR/anat/tpl-fsLR_hemi-L_atlas-directional_scale-200_den-32k_desc-split1_dseg.label.gii
-    tpl-fsLR/anat/tpl-fsLR_hemi-R_atlas-directional_scale-200_den-32k_desc-split1_dseg.label.gii
-    tpl-fsLR/anat/tpl-fsLR_atlas-directional_scale-200_den-32k_desc-split1_dseg.dlabel.nii
-    tpl-fsLR/anat/tpl-fsLR_atlas-directional_scale-200_den-32k_desc-split1_dseg.tsv
-    tpl-fsLR/anat/tpl-fsLR_atlas-directional_scale-200_den-32k_desc-split1_dseg.json
-    atlas-directional_description.json
+    tpl-fsLR/anat/tpl-fsLR_hemi-L_atlas-directional200split1_scale-200_den-32k_dseg.label.gii
+    tpl-fsLR/anat/tpl-fsLR_hemi-R_atlas-directional200split1_scale-200_den-32k_dseg.label.gii
+    tpl-fsLR/anat/tpl-fsLR_atlas-directional200split1_scale-200_den-32k_dseg.dlabel.nii
+    tpl-fsLR/anat/tpl-fsLR_atlas-directional200split1_scale-200_den-32k_dseg.tsv
+    tpl-fsLR/anat/tpl-fsLR_atlas-directional200split1_scale-200_den-32k_dseg.json
+    atlas-directional200split1_description.json
 
 ``tpl`` is the surface template (``fsLR``, ``fsaverage``; ``custom`` for any other mesh,
 whose surfaces go into ``surfaces/`` and are named by each sidecar's ``SpatialReference``),
-``atlas`` the method, ``scale`` the number of clusters K, ``den`` the mesh density and
-``desc`` the split (BIDS reserves ``split-`` for split files of one recording). Entities
-come in the order of the BIDS schema (``bidsschematools``); labels are letters and digits
-only, so a method named ``spherical_kmeans`` becomes ``atlas-sphericalkmeans``. The look-up
-table (``index``, ``name``, ``color``) is the one BIDS describes for ``dseg`` files.
+``atlas`` names one parcellation: the method, K and the split (:func:`atlas_label`), so that
+a consumer that selects atlases by name alone (pybids, which does not know ``scale``;
+xcp_d's ``--atlases``) finds one image per name, and its own ``.tsv`` and ``.json`` beside
+it. ``scale`` is K again, for the tools that read BIDS's atlas entities, and ``den`` the mesh
+density. Entities come in the order of the BIDS schema (``bidsschematools``); labels are
+letters and digits only, so a method named ``spherical_kmeans`` becomes
+``atlas-sphericalkmeans...``. The look-up table (``index``, ``name``, ``color``) is the one
+BIDS describes for ``dseg`` files.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ __all__ = [
     "BIDS_IGNORE",
     "BIDS_VERSION",
     "atlas_description",
+    "atlas_label",
     "atlas_folder",
     "bids_label",
     "bids_name",
@@ -86,6 +90,13 @@ def bids_label(value: str) -> str:
     if not label:
         raise ValueError(f"{value!r} has no letters or digits to make a BIDS label of.")
     return label
+
+
+def atlas_label(method: str, k: int, split: str) -> str:
+    """The ``atlas`` label of one parcellation: the method's name, K and the split as BIDS
+    letters and digits (``directional_merged``, 200, ``split1`` ->
+    ``directionalmerged200split1``)."""
+    return f"{bids_label(method)}{int(k)}{bids_label(split)}"
 
 
 def bids_name(entities: Mapping[str, str], suffix: str, extension: str) -> str:

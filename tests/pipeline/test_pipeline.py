@@ -73,7 +73,7 @@ def test_pipeline_end_to_end_and_resume(tmp_path, study, fmt, monkeypatch):
     figure = mpimg.imread(out / "dice_vs_k.png")
     assert figure.ndim == 3 and np.unique(figure.reshape(-1, figure.shape[2]), axis=0).shape[0] > 20
     assert [p.name for p in out.glob("parcellations_*.png")] == ["parcellations_K10.png"]
-    stem = "atlas-directional_scale-10_den-*_desc-split1_dseg"
+    stem = "atlas-directional10split1_scale-10_den-*_dseg"
     folder = find_atlas_folder(out)
     if fmt == "cifti":
         [path] = folder.glob(f"tpl-custom_{stem}.dlabel.nii")
@@ -262,7 +262,7 @@ def test_a_variants_options_reach_its_fit_and_a_change_refits_it_alone(tmp_path,
     assert metrics.ari(ref.labels_, got) == pytest.approx(1.0)
     plain = np.load(work / "labels" / "split1_spherical_kmeans_K8.npy")[kept]
     assert metrics.ari(plain, got) < 0.99  # the options took effect
-    sidecar = next(find_atlas_folder(cfg.output).glob("*atlas-skmspatial_scale-8_*split1*.json"))
+    sidecar = next(find_atlas_folder(cfg.output).glob("*atlas-skmspatial8split1_*.json"))
     meta = json.loads(sidecar.read_text())
     assert meta["Oversegment"] == 2.0 and meta["FeatureSmoothingFWHM"] == 12.0
     # one option changed: that variant alone is refitted
@@ -305,7 +305,7 @@ def test_auto_feature_smoothing_is_chosen_per_split_from_its_halves(tmp_path, st
         assert ref.fwhm_mm == got["fwhm_mm"]
         # the blurs not tried (past the stop) are None there and NaN here
         np.testing.assert_allclose(ref.mean, np.array(got["mean_error"], float), atol=2e-3)
-        sidecar = next(find_atlas_folder(cfg.output).glob(f"*atlas-skmauto_scale-8_*{split}*.json"))
+        sidecar = next(find_atlas_folder(cfg.output).glob(f"*atlas-skmauto8{split}_*.json"))
         meta = json.loads(sidecar.read_text())
         assert meta["FeatureSmoothingFWHM"] == got["fwhm_mm"]
         assert meta["FeatureSmoothingChosenByData"] is True

@@ -210,7 +210,8 @@ def derivative_readme(methods: list[MethodSpec], *, version: str, held_out: bool
     rows = []
     for spec in methods:
         cites = "; ".join(citation_line(k) for k in method_references(spec))
-        rows.append(f"- `atlas-{bids_label(spec.name)}`: {spec.method} clustering. {cites}")
+        name = f"atlas-{bids_label(spec.name)}<K><split>"
+        rows.append(f"- `{name}` ({spec.name}): {spec.method} clustering. {cites}")
     measures = [f"- {citation_line(k)}" for k in _measure_papers()] if held_out else []
     lines = [
         "# lsd-dask split-half cortical parcellations",
@@ -219,7 +220,8 @@ def derivative_readme(methods: list[MethodSpec], *, version: str, held_out: bool
         "subjects at each K is a group atlas on a surface template, in `tpl-<template>/anat/`:",
         "`hemi-L`/`hemi-R` GIFTI label files, a CIFTI `.dlabel.nii` when the input was CIFTI,",
         "a look-up table (`.tsv`) and a sidecar (`.json`) with the settings and the scores.",
-        "`scale-<K>` is the number of clusters, `desc-<split>` the split of the subjects.",
+        "Each parcellation's `atlas-` label is the method, K and the split of the subjects",
+        "(`atlas-directional200split1`); `scale-<K>` repeats K.",
         "`report.html` compares the parcellations; `report.json` holds every score.",
         "",
         "## Methods (cite these)",

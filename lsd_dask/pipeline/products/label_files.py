@@ -18,7 +18,7 @@ from ...io.atomic import atomic_copy, atomic_write_bytes, atomic_write_text, rem
 from ...io.bids import (
     atlas_description,
     atlas_folder,
-    bids_label,
+    atlas_label,
     bids_name,
     dataset_description,
     density_description,
@@ -87,19 +87,21 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
     rows = {(r["method"], r["k"]): r for r in scores}
     label_dir = atlas_folder(out, template["tpl"])
     for spec in cfg.methods:
-        files.append(
-            atlas_description(
-                out,
-                bids_label(spec.name),
-                name=f"lsd-dask {spec.name}",
-                description=(
-                    f"{spec.method} clustering of the cortex into K parcels (scale-<K>), "
-                    "one parcellation per split of the subjects (desc-<split>)."
-                ),
-                references=[citation_line(key) for key in method_references(spec)],
-            )
-        )
+        references = [citation_line(key) for key in method_references(spec)]
         for k in cfg.ks:
+            files += [
+                atlas_description(
+                    out,
+                    atlas_label(spec.name, k, split),
+                    name=f"lsd-dask {spec.name} K={k} {split}",
+                    description=(
+                        f"{spec.name}: {spec.method} clustering of the cortex into {k} "
+                        f"parcels, fitted on {split} of the subjects."
+                    ),
+                    references=references,
+                )
+                for split in splits
+            ]
             labs = {split: wd.load_npy(wd.labels(split, spec.name, k)) for split in splits}
             # later splits take the ids of the first split's parcels they overlap most, so
             # parcel 7 names the same region in every split (and gets the same colour)
@@ -108,12 +110,7 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
             n = max(int(v.max(initial=0)) for v in labs.values())
             colours = parcel_colours(list(labs.values()), A, n)
             for split, lab in labs.items():
-                ent = {
-                    **template,
-                    "atlas": bids_label(spec.name),
-                    "scale": str(k),
-                    "desc": bids_label(split),
-                }
+                ent = {**template, "atlas": atlas_label(spec.name, k, split), "scale": str(k)}
                 title = f"{spec.name} K={k} {split}"
                 for hemi, part in (("left", lab[: sizes[0]]), ("right", lab[sizes[0] :])):
                     name = bids_name({"hemi": hemi[0].upper(), **ent}, "dseg", ".label.gii")

@@ -154,7 +154,7 @@ def test_a_new_stage_is_one_line_in_the_stage_list(tmp_path, study, monkeypatch)
     saved = json.loads((cfg.output / "report.json").read_text())["scores"]
     assert [r["largest_share"] for r in saved] == [r["largest_share"] for r in report["scores"]]
     assert "largest parcel share" in (cfg.output / "report.html").read_text()
-    sidecars = sorted(find_atlas_folder(cfg.output).glob("*atlas-directional_*_dseg.json"))
+    sidecars = sorted(find_atlas_folder(cfg.output).glob("*atlas-directional[0-9]*_dseg.json"))
     assert sidecars and all(
         json.loads(p.read_text())["ParcelSizes"] == {"largest_share": row["largest_share"]}
         for p in sidecars

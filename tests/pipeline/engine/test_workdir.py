@@ -212,14 +212,14 @@ def test_label_files_of_a_dropped_k_are_removed_from_the_output(folder, tmp_path
     would read as this run's), and says so."""
     out = tmp_path / "run"
     _run(folder, out, ks=[3, 4])
-    assert list(find_atlas_folder(out).glob("*scale-3_*desc-split1_dseg.label.gii"))
+    assert list(find_atlas_folder(out).glob("*3split1_scale-3_*dseg.label.gii"))
     # a label file of the earlier layout (labels/) goes too, and its folder with it
     (out / "labels").mkdir()
     (out / "labels" / "hemi-L_space-custom_seg-x_den-1_desc-K3split1_dseg.label.gii").touch()
     _, _, logs = _run(folder, out)
     names = [p.name for p in find_atlas_folder(out).iterdir()]
     assert names and not [n for n in names if "scale-3_" in n]
-    assert [n for n in names if "scale-4_" in n and "desc-split1_dseg" in n]
+    assert [n for n in names if "4split1_scale-4_" in n]
     assert any("[outputs] removed" in line and "earlier run" in line for line in logs)
     assert not (out / "labels").exists()
 

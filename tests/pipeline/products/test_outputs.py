@@ -68,8 +68,10 @@ def test_every_label_file_has_a_bids_name(run):
         ent, suffix, ext = parse_bids_name(name)
         assert suffix == "dseg" and "split" not in ent
         assert ent["tpl"] == template["tpl"] == "custom" and ent["den"] == template["den"]
-        assert ent["atlas"] in {"directional", "sphericalkmeans"}
-        assert ent["scale"] in {"5", "10"} and ent["desc"] in {"split1", "split2"}
+        # one name per parcellation: the method, K and the split
+        method, k, split = re.fullmatch(r"([a-z]+?)(\d+)(split[12])", ent["atlas"]).groups()
+        assert method in {"directional", "sphericalkmeans"} and k in {"5", "10"}
+        assert ent["scale"] == k and "desc" not in ent
         assert ext in {".label.gii", ".dlabel.nii", ".tsv", ".json"}
         assert ("hemi" in ent) == (ext == ".label.gii")
     desc = json.loads((out / "dataset_description.json").read_text())
@@ -104,7 +106,7 @@ def test_bids_names_reject_what_bids_forbids():
 def test_dlabel_uses_the_inputs_brain_models(run):
     out, study, sizes, cortex = run
     folder = find_atlas_folder(out)
-    [path] = folder.glob("tpl-*_atlas-directional_scale-10_*_desc-split1_dseg.dlabel.nii")
+    [path] = folder.glob("tpl-*_atlas-directional10split1_*_dseg.dlabel.nii")
     img = nib.load(str(path))
     src = nib.load(str(out.parent / f"{study.subjects[0]}.dtseries.nii"))
     got, want = img.header.get_axis(1), src.header.get_axis(1)
@@ -112,7 +114,7 @@ def test_dlabel_uses_the_inputs_brain_models(run):
     np.testing.assert_array_equal(got.vertex, want.vertex)
     assert list(got.name) == list(want.name)
     # a label file per hemisphere too, over every mesh vertex
-    [left] = folder.glob("tpl-*_hemi-L_atlas-directional_scale-10_*_desc-split1_dseg.label.gii")
+    [left] = folder.glob("tpl-*_hemi-L_atlas-directional10split1_*_dseg.label.gii")
     lab = nib.load(str(left)).darrays[0].data
     assert lab.shape == (sizes[0],) and np.all(lab[~cortex[: sizes[0]]] == 0)
 
@@ -169,7 +171,7 @@ def test_split2_ids_match_split1(run):
             nib.load(str(p)).darrays[0].data
             for p in sorted(
                 find_atlas_folder(out).glob(
-                    f"*_hemi-*_atlas-directional_scale-10_*_desc-{split}_dseg.label.gii"
+                    f"*_hemi-*_atlas-directional10{split}_*_dseg.label.gii"
                 )
             )
         ]
@@ -183,7 +185,7 @@ def test_split2_ids_match_split1(run):
 
 def test_sidecar_and_report_explain_themselves(run):
     out, _, _, _ = run
-    [side] = find_atlas_folder(out).glob("*_atlas-sphericalkmeans_scale-5_*_desc-split2_dseg.json")
+    [side] = find_atlas_folder(out).glob("*_atlas-sphericalkmeans5split2_*_dseg.json")
     meta = json.loads(side.read_text())
     assert meta["Method"] == "spherical_kmeans" and meta["NumberOfClusters"] == 5
     assert meta["Split"] == "split2" and "LabelsMatchedTo" in meta
@@ -369,5 +371,50 @@ def test_the_bids_validator_finds_no_error(run):
     cff = yaml.safe_load((out / "CITATION.cff").read_text())
     assert {r["title"].split()[0] for r in cff["references"]} >= {"Directional", "Concept"}
     for method in ("directional", "spherical_kmeans"):
-        path = out / f"atlas-{method.replace('_', '')}_description.json"
-        assert json.loads(path.read_text())["AtlasName"] == f"lsd-dask {method}"
+        path = out / f"atlas-{method.replace('_', '')}10split1_description.json"
+        assert json.loads(path.read_text())["AtlasName"] == f"lsd-dask {method} K=10 split1"
+
+
+#: the entities xcp_d adds to pybids' to read atlas datasets (its
+#: ``data/atlas_bids_config.json``): pybids knows neither ``tpl`` nor ``cohort``
+XCP_D_ATLAS_CONFIG = {
+    "name": "atlas",
+    "entities": [
+        {"name": "template", "pattern": "[_/\\\\]+tpl-([a-zA-Z0-9+]+)", "directory": "{template}"},
+        {"name": "cohort", "pattern": "[_/\\\\]+cohort-([a-zA-Z0-9+]+)", "directory": "{cohort}"},
+    ],
+}
+
+
+def test_pybids_and_xcp_ds_atlas_selection_find_one_image_per_name(run):
+    """xcp_d's ``collect_atlases`` (utils/atlas.py), replayed with pybids: a BIDSLayout
+    with its atlas entities, ``layout.get(atlas=NAME, suffix="dseg", extension=
+    ".dlabel.nii", template=..., den=...)`` (its CIFTI query; the template and density
+    are the run's, as its ``bids_filters`` may set them), which must find one image, then
+    ``get_nearest`` for the image's ``.tsv`` (strict=False) and ``.json`` (strict=True).
+    Every parcellation is found by its own name alone, with its own table and sidecar."""
+    from bids.layout import BIDSLayout
+
+    out, _, sizes, _ = run
+    layout = BIDSLayout(out, config=["bids", "derivatives", XCP_D_ATLAS_CONFIG], validate=False)
+    assert layout.get_dataset_description()["DatasetType"] == "derivative"
+    images = sorted(find_atlas_folder(out).glob("*_dseg.dlabel.nii"))
+    assert len(images) == 8  # 2 methods x 2 K x 2 splits
+    names = set()
+    for image in images:
+        ent, _, _ = parse_bids_name(image.name)
+        names.add(ent["atlas"])
+        found = layout.get(atlas=ent["atlas"], suffix="dseg", extension=".dlabel.nii",
+                           template=ent["tpl"], den=ent["den"], return_type="file")  # fmt: skip
+        assert found == [str(image)], (ent["atlas"], found)
+        stem = str(image).removesuffix(".dlabel.nii")
+        assert layout.get_nearest(found[0], extension=".tsv", strict=False) == stem + ".tsv"
+        assert layout.get_nearest(found[0], extension=".json", strict=True) == stem + ".json"
+        table = pd.read_table(stem + ".tsv")
+        assert {"index", "name"} <= set(table.columns)  # what xcp_d checks next
+        described = json.loads((out / f"atlas-{ent['atlas']}_description.json").read_text())
+        method = "directional" if ent["atlas"].startswith("directional") else "spherical_kmeans"
+        assert described["AtlasName"] == f"lsd-dask {method} K={ent['scale']} " + (
+            "split1" if ent["atlas"].endswith("split1") else "split2"
+        )
+    assert len(names) == 8

@@ -50,7 +50,7 @@ def test_held_out_scores_equal_the_measures_on_the_other_splits_features(tmp_pat
     assert "heldout" in report["scores_explained"]
     page = (cfg.output / "report.html").read_text()
     assert "held-out homogeneity" in page and "DCBC" in page
-    sidecar = next(find_atlas_folder(cfg.output).glob("*scale-5_*desc-split1_dseg.json"))
+    sidecar = next(find_atlas_folder(cfg.output).glob("*5split1_scale-5_*dseg.json"))
     held = json.loads(sidecar.read_text())["HeldOutScores"]
     assert held["homogeneity"] == pytest.approx(report["scores"][0]["heldout_homogeneity"])
 
@@ -135,7 +135,7 @@ def test_time_halves_score_each_half_fit_on_the_other_half(tmp_path, study):
     assert row["timehalves_homogeneity_z"] > 3 and row["timehalves_dcbc"] > 0
     assert "timehalves" in report["scores_explained"]
     assert "held-out homogeneity, time halves" in (cfg.output / "report.html").read_text()
-    sidecar = next(find_atlas_folder(cfg.output).glob("*scale-6_*desc-split1_dseg.json"))
+    sidecar = next(find_atlas_folder(cfg.output).glob("*6split1_scale-6_*dseg.json"))
     halves_scores = json.loads(sidecar.read_text())["TimeHalvesScores"]
     assert halves_scores["dcbc"] == pytest.approx(row["timehalves_dcbc"])
 
