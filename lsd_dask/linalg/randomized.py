@@ -286,15 +286,18 @@ def range_finder(
         Orthonormal columns; without ``final_pass``, on eager dask or column-block
         passes, their factors (``Q.times(W)`` forms ``Q W``).
     """
-    t0 = time.perf_counter()
+    t0 = started = time.perf_counter()
     first = 1 if start is None else 0  # passes before the power iterations
     total = n_power_iter + first + (1 if final_pass else 0)
 
     def done(i: int, kind: str) -> None:
         nonlocal t0
+        now = time.perf_counter()
         if progress is not None and passes.eager:  # lazy passes all run at the end
-            progress(f"pass {i} of {total} ({kind}): {time.perf_counter() - t0:.1f} s")
-        t0 = time.perf_counter()
+            # the passes read the data alike: the time left at the pace so far
+            left = f", about {(now - started) / i * (total - i):.0f} s left" if i < total else ""
+            progress(f"pass {i} of {total} ({kind}): {now - t0:.1f} s{left}")
+        t0 = now
 
     def basis_for(i: int) -> Callable[[Any], Any]:
         """How to make the basis power iteration i starts from: a Q that only starts

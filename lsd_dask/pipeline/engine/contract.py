@@ -32,10 +32,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .log import heartbeat
+
 if TYPE_CHECKING:
     from .context import RunContext
 
-__all__ = ["Column", "RowKey", "Stage", "StageBase", "Unit", "run_stage"]
+__all__ = ["HEARTBEAT_S", "Column", "RowKey", "Stage", "StageBase", "Unit", "run_stage"]
 
 #: what a score row is keyed by: (method, K)
 RowKey = tuple[str, int]
@@ -149,6 +151,10 @@ class StageBase:
         return {}
 
 
+#: the longest a computing stage goes without a line in the log (seconds)
+HEARTBEAT_S = 30.0
+
+
 def run_stage(stage: Stage, ctx: RunContext) -> dict[str, Any]:
     """Skip the current units, compute the rest, record each; return unit name -> result.
 
@@ -166,9 +172,15 @@ def run_stage(stage: Stage, ctx: RunContext) -> dict[str, Any]:
         else:
             todo.append(u)
     if todo:
-        for u, value in stage.compute(ctx, todo):
-            ctx.wd.record(u.name, u.key, u.outputs)
-            results[u.name] = value
+        # a line at least every HEARTBEAT_S while the stage computes
+        with heartbeat(ctx.log, f"[{stage.name}]", HEARTBEAT_S) as log:
+            quiet, ctx.log = ctx.log, log
+            try:
+                for u, value in stage.compute(ctx, todo):
+                    ctx.wd.record(u.name, u.key, u.outputs)
+                    results[u.name] = value
+            finally:
+                ctx.log = quiet
     missing = [u.name for u in units if u.name not in results]
     if missing:
         raise RuntimeError(f"stage {stage.name} did not compute {missing}.")

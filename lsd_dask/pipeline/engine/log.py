@@ -4,6 +4,7 @@ file, the same lines with time stamps, in the output folder."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,16 +13,63 @@ from pathlib import Path
 
 from ..._logging import Log, get_log
 
-__all__ = ["LOG_FILE", "Log", "bar", "get_log", "log_file", "prefixed"]
+__all__ = ["LOG_FILE", "Log", "bar", "duration", "get_log", "heartbeat", "log_file", "prefixed"]
 
 #: the run's log file in the output folder (appended to by every run into it)
 LOG_FILE = "lsd-dask.log"
 
 
-def bar(i: int, n: int, width: int = 20) -> str:
-    """A text progress bar, ``[#####.....] 3/6``, one line per step (works in logs too)."""
+def bar(i: int, n: int, width: int = 20, *, started: float | None = None) -> str:
+    """A text progress bar, ``[#####.....] 3/6``, one line per step (works in logs too).
+
+    ``started`` (a :func:`time.monotonic` reading when step 1 began) adds the time left at
+    the pace so far, ``[#####.....] 3/6, about 12 s left``, once a step is done."""
     done = int(round(width * i / max(n, 1)))
-    return f"[{'#' * done}{'.' * (width - done)}] {i}/{n}"
+    text = f"[{'#' * done}{'.' * (width - done)}] {i}/{n}"
+    if started is not None and 0 < i < n:
+        left = (time.monotonic() - started) / i * (n - i)
+        text += f", about {duration(left)} left"
+    return text
+
+
+def duration(seconds: float) -> str:
+    """A time span as a person reads it: ``8 s``, ``4 min 05 s``, ``2 h 10 min``."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+@contextmanager
+def heartbeat(log: Log, prefix: str, every: float) -> Iterator[Log]:
+    """``log``, with a line of its own whenever ``every`` seconds pass without one:
+    ``[evaluate] still working, 1 min 30 s in``, so that a long step never looks hung in a
+    console or a batch log. The lines go through one lock (a timer thread adds its own)."""
+    start = time.monotonic()
+    last = [start]
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def line(text: str) -> None:
+        with lock:
+            last[0] = time.monotonic()
+            log(text)
+
+    def beat() -> None:
+        while not stop.wait(min(1.0, every)):
+            now = time.monotonic()
+            if now - last[0] >= every:
+                line(f"{prefix} still working, {duration(now - start)} in")
+
+    timer = threading.Thread(target=beat, name="lsd-dask-heartbeat", daemon=True)
+    timer.start()
+    try:
+        yield line
+    finally:
+        stop.set()
+        timer.join()
 
 
 def prefixed(log: Log, prefix: str) -> Log:

@@ -89,14 +89,15 @@ class ClusterStage(StageBase):
             return
         features: dict[Any, Any] = {}
         starts: OrderedDict[Any, Any] = OrderedDict()  # alike starts made once (every K)
+        started = time.monotonic()
         for i, j in enumerate(jobs, 1):
-            log(f"[cluster] {bar(i - 1, len(jobs))} next: {_fit_name(j)}")
+            log(f"[cluster] {bar(i - 1, len(jobs), started=started)} next: {_fit_name(j)}")
             if j.which not in features:
                 features.clear()  # one set of features in memory at a time (jobs in order)
                 features[j.which] = split_features(wd, j.split, j.spec.features)
             with shared_starts(starts):
                 out = fit_labels(j.est, features[j.which], kept)
-            _save(wd, j, out, log, bar(i, len(jobs)))
+            _save(wd, j, out, log, bar(i, len(jobs), started=started))
             yield by_job[id(j)], None
 
 
@@ -230,12 +231,12 @@ def _fit_as_tasks(
         futures[fit] = batch
     loads.clear()  # the fits hold the features; they are released as the fits finish
     log(f"[cluster] {len(todo)} fits as {len(futures)} tasks on {len(client.nthreads())} workers")
-    i = 0
+    i, started = 0, time.monotonic()
     try:
         for batch, outs in finished(client, futures):
             for j, out in zip(batch, outs, strict=True):
                 i += 1
-                _save(wd, j, out, log, bar(i, len(todo)))
+                _save(wd, j, out, log, bar(i, len(todo), started=started))
                 yield j, out
     finally:
         client.unsubscribe_topic(topic)

@@ -21,6 +21,7 @@ with ``--medial-surface-nan``): the log and the mask's record count those vertic
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
@@ -248,11 +249,12 @@ def _run(
     out: dict[str, dict[str, Any]] = {}
     n = len(jobs)
     client = active_client()
+    started = time.monotonic()
 
     def done(i: int, s: Any, st: dict[str, Any]) -> None:
         out[s.subject] = st
         where = f" ({st['where']})" if client is not None else ""
-        log(f"[{stage}] {bar(i, n)} {s.subject}{where}")
+        log(f"[{stage}] {bar(i, n, started=started)} {s.subject}{where}")
 
     if client is None:
         for i, (s, target) in enumerate(jobs, 1):

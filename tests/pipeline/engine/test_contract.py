@@ -90,6 +90,30 @@ def test_an_interrupted_stage_records_only_what_it_yielded(tmp_path):
     assert resumed.computed == [["squares/0", "squares/1"]]
 
 
+def test_a_quiet_stage_says_it_is_still_working(tmp_path, monkeypatch):
+    """A stage that computes for a while without a line gets one from the runner every
+    HEARTBEAT_S (30 s in a run; 0.3 s here), and its own lines reset the clock."""
+    import time
+
+    from lsd_dask.pipeline.engine import contract
+
+    monkeypatch.setattr(contract, "HEARTBEAT_S", 0.3)
+
+    class Slow(Squares):
+        def compute(self, ctx, todo):
+            time.sleep(1.2)
+            ctx.log("[squares] a line of its own")
+            yield from super().compute(ctx, todo)
+
+    logs: list[str] = []
+    ctx = _ctx(tmp_path, logs)
+    run_stage(Slow(n=2), ctx)
+    own = logs.index("[squares] a line of its own")
+    beats = [i for i, line in enumerate(logs) if line.startswith("[squares] still working, ")]
+    assert 2 <= len(beats) <= 4 and all(i < own for i in beats), logs
+    assert ctx.log == logs.append  # the stage's log handed back
+
+
 def test_a_stage_that_skips_a_unit_is_an_error(tmp_path):
     class Lazy(Squares):
         def compute(self, ctx, todo):

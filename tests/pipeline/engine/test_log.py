@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from lsd_dask.pipeline.engine.log import LOG_FILE, bar, log_file
+from lsd_dask.pipeline.engine.log import LOG_FILE, bar, duration, log_file
 
 
 def test_log_file_stamps_every_line_and_records_a_failure(tmp_path):
@@ -30,3 +30,15 @@ def test_log_file_stamps_every_line_and_records_a_failure(tmp_path):
 def test_bar():
     assert bar(3, 6, width=10) == "[#####.....] 3/6"
     assert bar(0, 0, width=4) == "[....] 0/0"
+
+
+def test_a_bar_says_the_time_left_at_the_pace_so_far():
+    """3 of 6 steps in 90 s: about 90 s left; nothing to say before the first step or
+    after the last."""
+    import time
+
+    started = time.monotonic() - 90
+    assert bar(3, 6, width=10, started=started) == "[#####.....] 3/6, about 1 min 30 s left"
+    assert bar(0, 6, width=10, started=started) == "[..........] 0/6"
+    assert bar(6, 6, width=10, started=started) == "[##########] 6/6"
+    assert [duration(s) for s in (8.4, 245, 7800)] == ["8 s", "4 min 05 s", "2 h 10 min"]
