@@ -28,6 +28,7 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
         "img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow:auto}</style>",
         "</head><body>",
         "<h1>Split-half parcellation report</h1>",
+        *_recommendation(report.get("recommendation")),
         f"<p>Run {e(str(report.get('run_id')))}, lsd-dask "
         f"{e(str(report.get('versions', {}).get('lsd_dask', '')))}. "
         f"Command: <code>{e(str(report.get('command_line') or 'run from Python'))}</code>. "
@@ -61,6 +62,23 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
         "</body></html>",
     ]
     return atomic_write_text(path, "\n".join(parts))
+
+
+def _recommendation(pick: dict[str, Any] | None) -> list[str]:
+    """The page's first section: the parcellation to use, why, and the runners-up."""
+    e = html.escape
+    if not pick:
+        return ["<p>No recommendation: the run has no held-out scores.</p>"]
+    others = ", ".join(
+        f"{e(str(r['method']))} at K = {r['k']} (mean rank {r['mean_rank']:g})"
+        for r in pick["runners_up"]
+    )
+    return [
+        "<h2>Recommendation</h2>",
+        f"<p id='recommendation'><b>{e(str(pick['method']))}, K = {pick['k']}.</b> "
+        f"{e(pick['reason'])}</p>",
+        f"<p>Runners-up: {others or 'none'}.</p>" if pick["runners_up"] else "",
+    ]
 
 
 def _surface(config: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from ..._version import __version__
 from ...io.atomic import atomic_write_text
 from ..engine.context import RunContext
 from ..stages.evaluation import atlas_rows
+from .recommend import recommend
 from .report_html import write_report_html
 from .scores import scores_explained
 
@@ -49,6 +50,7 @@ def write_report(
         "svd": _by_split(ctx.results["svd"]),
         **({"feature_blur": blur} if blur else {}),
         "fingerprints": wd.fingerprints(),
+        "recommendation": recommend(rows),
         "scores": rows,
         "atlases": atlas_rows(ctx),
         "scores_explained": scores_explained(ctx),

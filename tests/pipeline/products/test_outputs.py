@@ -418,3 +418,19 @@ def test_pybids_and_xcp_ds_atlas_selection_find_one_image_per_name(run):
             "split1" if ent["atlas"].endswith("split1") else "split2"
         )
     assert len(names) == 8
+
+
+def test_the_report_opens_with_its_recommendation(run):
+    """report.json's recommendation is the score row with the least mean rank on held-out
+    DCBC and neighbour silhouette (products/recommend.py, tested on its own), and it is
+    the first section of report.html."""
+    from lsd_dask.pipeline.products.recommend import recommend
+
+    out, _, _, _ = run
+    report = json.loads((out / "report.json").read_text())
+    pick = report["recommendation"]
+    assert pick == recommend(report["scores"])
+    assert (pick["method"], pick["k"]) in {(r["method"], r["k"]) for r in report["scores"]}
+    page = (out / "report.html").read_text()
+    assert page.index("<h2>") == page.index("<h2>Recommendation</h2>")
+    assert f"<b>{pick['method']}, K = {pick['k']}.</b>" in page
