@@ -133,7 +133,7 @@ def find_spheres(meshes: dict[str, Mesh], given: dict[str, str] | None = None) -
         return {"spheres": spheres, "source": "brainspace's conte69 32k sphere"}
     if all(is_sphere(meshes[h].vertices) for h in sizes):
         centred = {h: meshes[h].vertices - meshes[h].vertices.mean(axis=0) for h in sizes}
-        return {"spheres": centred, "source": "the meshes (they are spheres)"}
+        return {"spheres": centred, "source": "the meshes themselves, which are spheres"}
     return {
         "spheres": None,
         "source": "none: the meshes are neither a standard template nor spheres, so no "

@@ -98,7 +98,7 @@ def test_a_32k_icosphere_spins_on_its_own_sphere_not_conte69s():
 
     ico = two_hemisphere_mesh(57, radius=50.0)
     found = find_spheres(ico)
-    assert found["source"] == "the meshes (they are spheres)"
+    assert found["source"] == "the meshes themselves, which are spheres"
     for h in ("left", "right"):
         centred = ico[h].vertices - ico[h].vertices.mean(axis=0)
         np.testing.assert_allclose(found["spheres"][h], centred)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ def write_study(
     rank: int = 1000,
     log: Callable[[str], None] | None = None,
     compare_atlases: list[Any] | None = None,
+    methods: Sequence[str] | None = ("directional",),
 ) -> Path:
     """Write every subject and both meshes; return the path of a ready pipeline YAML.
 
@@ -45,6 +46,8 @@ def write_study(
     ``compare_atlases``: the pipeline file's ``compare_atlases`` (none when None).
 
     ``rank`` is the SVD rank written, at most half of the smaller split's time points.
+    ``methods``: the file's ``methods`` (None: none written, so that it runs the
+    pipeline's default method).
 
     ``study`` is a :class:`~lsd_dask.datasets.SurfaceStudy` or a
     :class:`~lsd_dask.datasets.RealisticStudy`. When it has a ``cortex`` mask, CIFTI files
@@ -56,7 +59,7 @@ def write_study(
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
     if fmt == "fmriprep":
-        return write_fmriprep_tree(study, root, rank=rank, log=log)
+        return write_fmriprep_tree(study, root, rank=rank, log=log, methods=methods)
     lh, rh = study.meshes["left"], study.meshes["right"]
     write_surface_gifti(root / "lh.surf.gii", lh, hemisphere="left")
     write_surface_gifti(root / "rh.surf.gii", rh, hemisphere="right")
@@ -89,12 +92,12 @@ def write_study(
         "subjects": entries,
         "splits": study.splits,
         "mesh": {"left": "lh.surf.gii", "right": "rh.surf.gii"},
-        "methods": ["directional"],
+        **({"methods": list(methods)} if methods is not None else {}),
         "ks": [max(2, study.n_parcels // 2), study.n_parcels],
         "svd": {
             "method": "randomized",
             # at most half of a split's time points: more would approach whitened data
-            # (the pipeline warns), which a small study would otherwise always hit
+            # (the pipeline caps it there and says so)
             "rank": int(min(rank, max(1, _split_columns(study) // 2))),
             "n_power_iter": 2,
         },
@@ -119,6 +122,7 @@ def write_fmriprep_tree(
     rank: int = 1000,
     task: str = "rest",
     log: Callable[[str], None] | None = None,
+    methods: Sequence[str] | None = ("directional",),
 ) -> Path:
     """Write a study as fMRIPrep writes its surface outputs; return a pipeline YAML that
     reads it through its ``bids:`` section.
@@ -177,7 +181,7 @@ def write_fmriprep_tree(
     cfg: dict[str, Any] = {
         "bids": {"root": ".", "space": space, "task": task},
         "splits": {k: sorted(s for s, v in splits.items() if v == k) for k in study.splits},
-        "methods": ["directional"],
+        **({"methods": list(methods)} if methods is not None else {}),
         "ks": [max(2, study.n_parcels // 2), study.n_parcels],
         "svd": {"method": "randomized", "rank": int(min(rank, max(1, _split_columns(study) // 2)))},
         "preprocess": {"denoise": "simple"},
@@ -230,7 +234,8 @@ def synthesize(
     log: Callable[[str], None] | None = None,
     **study_kwargs: Any,
 ) -> Path:
-    """Build a study on two icospheres (``frequency=57``: 2 × 32,492 vertices) and write it."""
+    """Build a study on two icospheres (``frequency=57``: 2 × 32,492 vertices) and write it,
+    with a pipeline file that runs the pipeline's default method (``lsd-dask synth``)."""
     meshes = two_hemisphere_mesh(frequency)
     study = surface_study(
         meshes,
@@ -240,7 +245,7 @@ def synthesize(
         random_state=random_state,
         **study_kwargs,
     )
-    return write_study(study, folder, fmt=fmt, log=log)
+    return write_study(study, folder, fmt=fmt, log=log, methods=None)
 
 
 def synthesize_realistic(
