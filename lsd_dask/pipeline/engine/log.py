@@ -23,12 +23,12 @@ def bar(i: int, n: int, width: int = 20, *, started: float | None = None) -> str
     """A text progress bar, ``[#####.....] 3/6``, one line per step (works in logs too).
 
     ``started`` (a :func:`time.monotonic` reading when step 1 began) adds the time left at
-    the pace so far, ``[#####.....] 3/6, about 12 s left``, once a step is done."""
+    the pace so far, ``[#####.....] 3/6 (about 12 s left)``, once a step is done."""
     done = int(round(width * i / max(n, 1)))
     text = f"[{'#' * done}{'.' * (width - done)}] {i}/{n}"
     if started is not None and 0 < i < n:
         left = (time.monotonic() - started) / i * (n - i)
-        text += f", about {duration(left)} left"
+        text += f" (about {duration(left)} left)"
     return text
 
 

@@ -38,7 +38,7 @@ def test_a_bar_says_the_time_left_at_the_pace_so_far():
     import time
 
     started = time.monotonic() - 90
-    assert bar(3, 6, width=10, started=started) == "[#####.....] 3/6, about 1 min 30 s left"
+    assert bar(3, 6, width=10, started=started) == "[#####.....] 3/6 (about 1 min 30 s left)"
     assert bar(0, 6, width=10, started=started) == "[..........] 0/6"
     assert bar(6, 6, width=10, started=started) == "[##########] 6/6"
     assert [duration(s) for s in (8.4, 245, 7800)] == ["8 s", "4 min 05 s", "2 h 10 min"]
