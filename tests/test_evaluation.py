@@ -20,6 +20,9 @@ from lsd_dask import evaluation as ev
 from lsd_dask.spin import spin_indices
 from lsd_dask.surface import grow_regions, icosphere, mesh_adjacency, two_hemisphere_mesh
 
+#: one worker runs this module's tests: its module fixture is made once, not once a worker
+pytestmark = pytest.mark.xdist_group("evaluation")
+
 
 def _mesh(frequency=12, radius=50.0):
     m = icosphere(frequency, radius=radius)
@@ -364,8 +367,7 @@ def test_pca_homogeneity_of_parcels_wider_than_the_lanczos_threshold_is_the_eige
     labels = grow_regions(A, 3, random_state=2) + 1
     sizes = np.bincount(labels)[1:]
     ref = [
-        np.linalg.eigvalsh(np.corrcoef(X[labels == p]))[-1] / np.sum(labels == p)
-        for p in (1, 2, 3)
+        np.linalg.eigvalsh(np.corrcoef(X[labels == p]))[-1] / np.sum(labels == p) for p in (1, 2, 3)
     ]
     assert min(sizes) > 260 and (min(sizes) > T) == (T == 260) and max(sizes) < 900
     assert ev.pca_homogeneity(ev.unit_series(X), labels) == pytest.approx(np.mean(ref), abs=1e-9)

@@ -46,16 +46,15 @@ def duration(seconds: float) -> str:
 def heartbeat(log: Log, prefix: str, every: float) -> Iterator[Log]:
     """``log``, with a line of its own whenever ``every`` seconds pass without one:
     ``[evaluate] still working, 1 min 30 s in``, so that a long step never looks hung in a
-    console or a batch log. The lines go through one lock (a timer thread adds its own)."""
+    console or a batch log. No lock is held around ``log``: a stage's threads log as they
+    did (one may wait in its line for another's), and the timer thread is one more."""
     start = time.monotonic()
     last = [start]
-    lock = threading.Lock()
     stop = threading.Event()
 
     def line(text: str) -> None:
-        with lock:
-            last[0] = time.monotonic()
-            log(text)
+        last[0] = time.monotonic()
+        log(text)
 
     def beat() -> None:
         while not stop.wait(min(1.0, every)):

@@ -21,6 +21,9 @@ from lsd_dask.io.surface_files import write_dtseries, write_surface_gifti
 from lsd_dask.plotting import dseg_colormap
 from lsd_dask.testing.bids_validator import bids_validator_errors
 
+#: one worker runs this module's tests: its module fixture is made once, not once a worker
+pytestmark = pytest.mark.xdist_group("outputs")
+
 matplotlib.use("Agg")
 
 
@@ -170,9 +173,7 @@ def test_split2_ids_match_split1(run):
         parts = [
             nib.load(str(p)).darrays[0].data
             for p in sorted(
-                find_atlas_folder(out).glob(
-                    f"*_hemi-*_atlas-directional10{split}_*_dseg.label.gii"
-                )
+                find_atlas_folder(out).glob(f"*_hemi-*_atlas-directional10{split}_*_dseg.label.gii")
             )
         ]
         labs[split] = np.concatenate(parts)
