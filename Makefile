@@ -21,7 +21,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check lsd_dask tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --timeout=900 --durations=25
+	$(BIN)/python -m pytest -n 2 --timeout=900 --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check lsd_dask tests benchmarks

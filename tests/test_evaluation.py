@@ -20,9 +20,6 @@ from lsd_dask import evaluation as ev
 from lsd_dask.spin import spin_indices
 from lsd_dask.surface import grow_regions, icosphere, mesh_adjacency, two_hemisphere_mesh
 
-#: one worker runs this module's tests: its module fixture is made once, not once a worker
-pytestmark = pytest.mark.xdist_group("evaluation")
-
 
 def _mesh(frequency=12, radius=50.0):
     m = icosphere(frequency, radius=radius)

@@ -16,9 +16,6 @@ from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.pipeline import load_config, run_pipeline
 from lsd_dask.testing.bids_validator import bids_validator_errors
 
-#: one worker runs this module's tests: its module fixture is made once, not once a worker
-pytestmark = pytest.mark.xdist_group("brainspace")
-
 PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "brainspace_sample.yaml"
 
 

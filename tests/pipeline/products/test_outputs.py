@@ -21,9 +21,6 @@ from lsd_dask.io.surface_files import write_dtseries, write_surface_gifti
 from lsd_dask.plotting import dseg_colormap
 from lsd_dask.testing.bids_validator import bids_validator_errors
 
-#: one worker runs this module's tests: its module fixture is made once, not once a worker
-pytestmark = pytest.mark.xdist_group("outputs")
-
 matplotlib.use("Agg")
 
 

@@ -12,9 +12,6 @@ from distributed import Client, get_task_stream
 import lsd_dask.pipeline.engine.placement as placement
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 
-#: one worker runs this module's tests: its module fixture is made once, not once a worker
-pytestmark = pytest.mark.xdist_group("cluster_stage")
-
 # hierarchical LSD fans its splits out to an active client: inside a task it must not
 # and a Ward-merged variant (its fine fit and merge in the task, or over dask features);
 # a variant whose blur each split's halves choose (their SVDs read by the workers)
