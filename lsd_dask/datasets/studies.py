@@ -92,7 +92,7 @@ def write_study(
         "subjects": entries,
         "splits": study.splits,
         "mesh": {"left": "lh.surf.gii", "right": "rh.surf.gii"},
-        **({"methods": list(methods)} if methods is not None else {}),
+        **_methods_entry(methods),
         "ks": [max(2, study.n_parcels // 2), study.n_parcels],
         "svd": {
             "method": "randomized",
@@ -181,7 +181,7 @@ def write_fmriprep_tree(
     cfg: dict[str, Any] = {
         "bids": {"root": ".", "space": space, "task": task},
         "splits": {k: sorted(s for s, v in splits.items() if v == k) for k in study.splits},
-        **({"methods": list(methods)} if methods is not None else {}),
+        **_methods_entry(methods),
         "ks": [max(2, study.n_parcels // 2), study.n_parcels],
         "svd": {"method": "randomized", "rank": int(min(rank, max(1, _split_columns(study) // 2)))},
         "preprocess": {"denoise": "simple"},
@@ -269,6 +269,11 @@ def synthesize_realistic(
 
 
 _OTHER = {"vosdewael": "schaefer", "schaefer": "vosdewael"}
+
+
+def _methods_entry(methods: Sequence[str] | None) -> dict[str, list[str]]:
+    """A pipeline file's ``methods`` key, or none (the pipeline's default method)."""
+    return {} if methods is None else {"methods": list(methods)}
 
 
 def _split_columns(study: Any) -> int:

@@ -22,6 +22,7 @@ from .settings.config import PipelineConfig
 from .settings.preprocess import subject_t_r_of
 from .stages import reading
 from .stages.preprocess import read_confounds
+from .stages.svd import split_rank
 
 __all__ = ["preflight"]
 
@@ -88,7 +89,7 @@ def _check_worker_memory(cfg: PipelineConfig, client: Any, n: int) -> None:
     largest = max(sum(_bytes(p) for p in s.paths) for s in cfg.subjects)
     timepoints = max(1, largest // (4 * n))
     n_split = min(len(v) for v in cfg.resolved_splits().values())
-    rank = min(cfg.svd.rank, n, timepoints * n_split // 2)  # as the SVD stage caps it
+    rank = split_rank(cfg.svd, n, timepoints * n_split)  # as the SVD stage caps it
     check_worker_memory(
         client, n, int(timepoints), rank, cfg.preprocess.active, task_module=reading.__name__
     )

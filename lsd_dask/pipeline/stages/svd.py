@@ -181,7 +181,7 @@ def split_rank(settings: SvdSettings, n: int, m: int) -> int:
     (and n). A rank near m keeps the noise components too, and the features approach
     whitened data (the paper keeps 1,000 of 33,000): the data set the rank of a small
     study, as the default 1,000 sets a full-scale one's."""
-    return int(max(1, min(settings.rank, n, m // 2)))
+    return max(1, svd_rank(settings, n, m // 2))
 
 
 def group_svd(
