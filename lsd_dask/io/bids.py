@@ -175,20 +175,25 @@ def find_atlas_folder(output: str | Path) -> Path:
     return found[0]
 
 
-def lookup_table(colours: np.ndarray, ids: Any = None) -> str:
-    """A BIDS ``dseg`` look-up table (TSV: index, name, color); id 0 is ``Background``,
-    parcel i is ``parcel0001``... (the names of the label files' tables).
+def lookup_table(
+    colours: np.ndarray, ids: Any = None, columns: dict[str, dict[int, Any]] | None = None
+) -> str:
+    """A BIDS ``dseg`` look-up table (TSV: index, name, color, then ``columns``); id 0 is
+    ``Background``, parcel i is ``parcel0001``... (the names of the label files' tables).
 
     ``colours`` holds RGB(A) rows in [0, 1] for ids 0..n; ``ids`` the ids to list (default
-    all; 0 is always listed).
+    all; 0 is always listed); ``columns`` more columns by name, each a value per id (``n/a``
+    where it has none).
     """
     colours = np.asarray(colours)
+    columns = columns or {}
     keep = range(len(colours)) if ids is None else sorted({0, *(int(i) for i in ids)})
-    rows = ["index\tname\tcolor"]
+    rows = ["\t".join(["index", "name", "color", *columns])]
     for i in keep:
         name = "Background" if i == 0 else f"parcel{i:04d}"
         hexa = "#" + "".join(f"{int(round(255 * float(v))):02x}" for v in colours[i][:3])
-        rows.append(f"{i}\t{name}\t{hexa}")
+        more = [str(values.get(i, "n/a")) for values in columns.values()]
+        rows.append("\t".join([str(i), name, hexa, *more]))
     return "\n".join(rows) + "\n"
 
 

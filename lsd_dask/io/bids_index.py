@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .bids import parse_bids_name
 
-__all__ = ["BoldRun", "FILTERS", "find_bold", "index_func_files"]
+__all__ = ["BoldRun", "FILTERS", "confounds_file", "find_bold", "index_func_files"]
 
 #: the entities a search may filter on (``participant_label`` filters ``sub``), in BIDS
 #: order; any of them may tell one participant's runs apart (``dir-AP`` and ``dir-PA``)
@@ -152,6 +152,30 @@ def find_bold(
             raise ValueError(f"{one}: a GIFTI BOLD file needs its hemi-L and hemi-R pair.")
         runs.append(BoldRun(dict(key), "gifti", (hemis["L"], hemis["R"])))
     return runs
+
+
+#: the entities fMRIPrep keeps in a run's confounds file name (the BOLD file's, up to its
+#: space): ``sub-01_ses-1_task-rest_dir-AP_run-1_desc-confounds_timeseries.tsv``
+_RUN_ENTITIES = ("sub", "ses", "task", "acq", "ce", "rec", "dir", "run", "echo", "part")
+
+
+def confounds_file(bold: str | os.PathLike[str]) -> Path | None:
+    """fMRIPrep's confounds TSV of a BOLD file (its folder, the run's entities, then
+    ``desc-confounds_timeseries.tsv``, or ``_regressors.tsv`` before fMRIPrep 20.2; a
+    multi-echo run's without its ``echo``), or None when there is none."""
+    path = Path(bold)
+    try:
+        entities, _, _ = parse_bids_name(path.name)
+    except ValueError:
+        return None
+    run = [(k, v) for k, v in entities.items() if k in _RUN_ENTITIES]
+    for keep in (run, [(k, v) for k, v in run if k != "echo"]):
+        stem = "_".join(f"{k}-{v}" for k, v in keep)
+        for suffix in ("timeseries", "regressors"):
+            candidate = path.parent / f"{stem}_desc-confounds_{suffix}.tsv"
+            if candidate.is_file():
+                return candidate
+    return None
 
 
 def _same(key: str, label: str | None, wanted: str) -> bool:

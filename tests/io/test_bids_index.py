@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lsd_dask.io.bids_index import find_bold, index_func_files
+from lsd_dask.io.bids_index import confounds_file, find_bold, index_func_files
 from lsd_dask.pipeline.settings.bids import BidsSettings, bids_subjects
 from lsd_dask.pipeline.settings.splits import halve
 
@@ -72,3 +72,33 @@ def test_gifti_pairs_filters_and_their_errors(tmp_path):
         find_bold(tmp_path, hemi="L")
     with pytest.raises(NotADirectoryError, match="does not exist"):
         find_bold(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    ("bold", "confounds"),
+    [
+        ("sub-01_task-rest_space-fsLR_den-91k_bold.dtseries.nii",
+         "sub-01_task-rest_desc-confounds_timeseries.tsv"),
+        ("sub-01_ses-2_task-rest_dir-PA_run-02_hemi-L_space-fsaverage5_bold.func.gii",
+         "sub-01_ses-2_task-rest_dir-PA_run-02_desc-confounds_timeseries.tsv"),
+        ("sub-01_task-rest_acq-mb_rec-norm_run-1_space-fsLR_den-91k_bold.dtseries.nii",
+         "sub-01_task-rest_acq-mb_rec-norm_run-1_desc-confounds_timeseries.tsv"),
+        ("sub-01_task-rest_run-1_space-fsLR_den-91k_bold.dtseries.nii",  # before 20.2
+         "sub-01_task-rest_run-1_desc-confounds_regressors.tsv"),
+    ],
+)  # fmt: skip
+def test_a_runs_confounds_file_is_the_one_nilearn_finds(tmp_path, bold, confounds):
+    """fMRIPrep's confounds TSV of a BOLD file, as nilearn's ``load_confounds`` finds it
+    (its own rule, run on the same files); none when the run has none."""
+    from nilearn.interfaces.fmriprep.load_confounds_utils import _get_file_name
+
+    _touch(tmp_path, bold)
+    bold_path = next(tmp_path.rglob(bold))
+    assert confounds_file(bold_path) is None
+    # a decoy of another run beside it
+    _touch(tmp_path, confounds.replace("task-rest", "task-nback"))
+    assert confounds_file(bold_path) is None
+    _touch(tmp_path, confounds)
+    found = confounds_file(bold_path)
+    assert found == bold_path.parent / confounds
+    assert Path(_get_file_name(str(bold_path))) == found

@@ -37,7 +37,16 @@ from .log import heartbeat
 if TYPE_CHECKING:
     from .context import RunContext
 
-__all__ = ["HEARTBEAT_S", "Column", "RowKey", "Stage", "StageBase", "Unit", "run_stage"]
+__all__ = [
+    "HEARTBEAT_S",
+    "SPIN_Z_HELP",
+    "Column",
+    "RowKey",
+    "Stage",
+    "StageBase",
+    "Unit",
+    "run_stage",
+]
 
 #: what a score row is keyed by: (method, K)
 RowKey = tuple[str, int]
@@ -85,6 +94,9 @@ class Column:
         Shown in the report's table of every score.
     sidecar_key : str or None
         Its key in the stage's section of each label file's sidecar (None: not there).
+    help : str
+        What it is, in a phrase: the report says it beside the tables that show it
+        (columns of one title share it).
     """
 
     name: str
@@ -92,6 +104,14 @@ class Column:
     higher_is_better: bool | None = None
     table: bool = True
     sidecar_key: str | None = None
+    help: str = ""
+
+
+#: what every "z (spin)" column is
+SPIN_Z_HELP = (
+    "the score's z against spins of the parcellation on the sphere: "
+    "(score - spins' mean) / spins' sd"
+)
 
 
 class Stage(Protocol):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ... import evaluation
 from ...io.bids import bids_label
 from ..settings.methods import MethodSpec
@@ -15,6 +17,7 @@ __all__ = [
     "citation_line",
     "derivative_readme",
     "method_references",
+    "methods_text",
     "run_references",
 ]
 
@@ -93,6 +96,19 @@ REFERENCES: dict[str, dict[str, Any]] = {
         start="236",
         end="244",
         doi="10.1080/01621459.1963.10500845",
+    ),
+    "randomized_svd": _ref(
+        "article",
+        ["Halko, Nathan", "Martinsson, Per-Gunnar", "Tropp, Joel A."],
+        "Finding structure with randomness: probabilistic algorithms for constructing "
+        "approximate matrix decompositions",
+        2011,
+        journal="SIAM Review",
+        volume=53,
+        issue="2",
+        start="217",
+        end="288",
+        doi="10.1137/090771806",
     ),
     "homogeneity": _ref(
         "article",
@@ -233,3 +249,102 @@ def derivative_readme(methods: list[MethodSpec], *, version: str, held_out: bool
         "",
     ]
     return "\n".join(lines)
+
+
+def methods_text(report: dict[str, Any], methods: list[MethodSpec]) -> str:
+    """A methods paragraph to paste into a paper, as fMRIPrep writes one: what the run did,
+    with the versions, settings and figures of ``report`` (``report.json`` so far) and
+    numbered references."""
+    cited: list[str] = []
+
+    def cite(*keys: str) -> str:
+        for key in keys:
+            if key not in cited:
+                cited.append(key)
+        return "[" + ", ".join(str(cited.index(k) + 1) for k in keys) + "]"
+
+    v = report.get("versions", {})
+    cfg = report.get("config", {})
+    mask = report.get("mask", {})
+    subjects = report.get("subjects", [])
+    splits: dict[str, list[dict[str, Any]]] = {}
+    for row in subjects:
+        splits.setdefault(row["split"], []).append(row)
+    kept = [r["kept"] for r in subjects]
+    wall = int(mask.get("n_medial_wall", 0))
+    masked = int(mask.get("n_masked", 0))
+    if wall:
+        why = f"{wall} on the template's medial wall, {masked - wall} constant or non-finite"
+    else:
+        why = "constant or non-finite in some subject"
+    parts = [
+        f"Cortical parcellations were computed with lsd-dask {v.get('lsd_dask', '')} "
+        f"(Python {v.get('python', '')}; Dask {v.get('dask', '')}, NumPy {v.get('numpy', '')}, "
+        f"SciPy {v.get('scipy', '')}, scikit-learn {v.get('scikit-learn', '')}, nibabel "
+        f"{v.get('nibabel', '')}).",
+        f"The surface time series of {len(subjects)} subjects ({mask.get('n_vertices', '?')} "
+        f"vertices, of which {masked} were masked: {why}) were preprocessed: "
+        f"{report.get('preprocessing', 'none')}; each vertex's series was then demeaned and "
+        "scaled to unit variance.",
+    ]
+    if kept:
+        lo, hi = min(kept), max(kept)
+        parts.append(
+            f"Each subject kept {lo} volumes."
+            if lo == hi
+            else f"Subjects kept {lo} to {hi} volumes (median {int(np.median(kept))})."
+        )
+    if splits:
+        counts = " and ".join(str(len(rows)) for rows in splits.values())
+        parts.append(
+            f"The subjects were divided into {len(splits)} splits of {counts} subjects, "
+            "balanced by their volumes."
+        )
+    svd = next(iter(report.get("svd", {}).values()), None)
+    if svd:
+        how = "randomized" if svd.get("method") == "randomized" else "streaming"
+        ref = f" {cite('randomized_svd')}" if how == "randomized" else ""
+        parts.append(
+            f"Each split's concatenated time series were reduced by a {how} singular value "
+            f"decomposition, X = UΣVᵀ, of rank {svd.get('rank')}{ref}."
+        )
+    ks = ", ".join(str(k) for k in cfg.get("ks", []))
+    for spec in methods:
+        keys = [k for k in _METHOD_PAPERS.get(spec.method, ()) if k in REFERENCES]
+        own = f" {cite(*keys)}" if keys else ""  # numbered in the order they are read
+        spatial = []
+        if float(spec.options.get("spatial_weight") or 0) > 0:
+            spatial.append(
+                f"a Potts term of weight {spec.options['spatial_weight']:g} per cut mesh edge"
+            )
+        over = float(spec.options.get("oversegment") or 1)
+        if over > 1:
+            spatial.append(
+                f"a fit at {over:g} K clusters merged to K by Ward's linkage on the mesh "
+                f"{cite('ward')}"
+            )
+        blur = spec.options.get("feature_smoothing_mm")
+        if blur:
+            spatial.append(f"features blurred along the mesh ({blur} mm FWHM)")
+        extra = f", with {' and '.join(spatial)}" if spatial else ""
+        parts.append(
+            f"Parcellation {spec.name!r}: {spec.method.replace('_', ' ')} clustering"
+            f"{own} of the unit rows of "
+            f"{'U·Σ' if spec.features == 'us' else 'U'}{extra}, at K = {ks}, "
+            "in each split."
+        )
+    if cfg.get("held_out"):
+        spins = cfg.get("spins", 0)
+        null = (
+            f", each against {spins} spins of the parcellation on the sphere {cite('spin')}"
+            if spins
+            else ""
+        )
+        parts.append(
+            "Each split's parcels were scored on the other split's data by held-out "
+            f"homogeneity {cite('homogeneity')}, the distance-controlled boundary coefficient "
+            f"{cite('dcbc')} and the neighbour silhouette{null}; the two splits' parcellations "
+            "were compared by split-half Dice."
+        )
+    refs = [f"{i}. {citation_line(k)}" for i, k in enumerate(cited, 1)]
+    return " ".join(parts) + ("\n\nReferences\n" + "\n".join(refs) if refs else "")

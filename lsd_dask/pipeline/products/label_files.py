@@ -134,10 +134,14 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
                 files.append(
                     atomic_write_text(
                         label_dir / bids_name(ent, "dseg", ".tsv"),
-                        lookup_table(colours, ids=present),
+                        lookup_table(colours, ids=present, columns=_locations(lab, meshes)),
                     )
                 )
-                sidecar = {**common, **_sidecar(ctx, spec, k, split, lab, rows.get((spec.name, k)))}
+                sidecar = {
+                    **common,
+                    **_sidecar(ctx, spec, k, split, lab, rows.get((spec.name, k))),
+                    **LOCATION_COLUMNS,
+                }
                 files.append(
                     atomic_write_text(
                         label_dir / bids_name(ent, "dseg", ".json"), json.dumps(sidecar, indent=2)
@@ -203,6 +207,38 @@ def _remove_stale(out: Path, files: list[Path], log: Log) -> None:
             f"[outputs] removed {len(stale)} file(s) an earlier run wrote for other methods, "
             f"K or splits (first: {sorted(stale)[0].name})"
         )
+
+
+#: the look-up table's columns beyond index, name and color, as its sidecar describes them
+LOCATION_COLUMNS: dict[str, dict[str, str]] = {
+    "hemisphere": {"Description": "The hemisphere the parcel lies on: L, R, or LR for both."},
+    "n_vertices": {"Description": "The parcel's vertices on the surface."},
+    **{
+        axis: {
+            "Description": f"{axis} coordinate of the parcel's central vertex (the one nearest "
+            "the mean of its vertices) on the surface the run read (SpatialReference).",
+            "Units": "mm",
+        }
+        for axis in "xyz"
+    },
+}
+
+
+def _locations(labels: np.ndarray, meshes: dict[str, Any]) -> dict[str, dict[int, Any]]:
+    """Where each parcel lies (:data:`LOCATION_COLUMNS`): its hemisphere, its size, and
+    its central vertex's coordinates on the run's meshes."""
+    xyz = np.vstack([np.asarray(meshes[h].vertices, np.float64) for h in HEMISPHERES])
+    side = np.repeat(["L", "R"], [len(meshes[h].vertices) for h in HEMISPHERES])
+    cols: dict[str, dict[int, Any]] = {name: {} for name in LOCATION_COLUMNS}
+    for parcel in np.unique(labels[labels > 0]):
+        members = np.flatnonzero(labels == parcel)
+        centre = members[np.argmin(((xyz[members] - xyz[members].mean(0)) ** 2).sum(1))]
+        p = int(parcel)
+        cols["hemisphere"][p] = "".join(sorted(set(side[members]), key="LR".index))
+        cols["n_vertices"][p] = int(members.size)
+        for axis, value in zip("xyz", xyz[centre], strict=True):
+            cols[axis][p] = f"{value:.1f}"
+    return cols
 
 
 def _sidecar(

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from ...io.atomic import atomic_write_text
+from ..engine.contract import Column
 from .scores import compared_columns, table_columns
 
 __all__ = ["write_report_html"]
@@ -43,6 +44,7 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
     parts.append("</dl>")
     if report.get("feature_blur"):
         parts.append(_blur_table(report["feature_blur"]))
+    parts += _subjects(report)
     parts.append("<h2>Figures</h2>")
     for fig in figures:
         data = base64.b64encode(Path(fig).read_bytes()).decode("ascii")
@@ -57,6 +59,7 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
         "</tr><tr>",
         "".join(f"<td>{v:.1f}</td>" for v in timings.values()),
         "</tr></table>",
+        *_methods(report.get("methods_text")),
         "<h2>Settings</h2>",
         f"<pre>{e(yaml.safe_dump(report.get('config', {}), sort_keys=False))}</pre>",
         "</body></html>",
@@ -78,6 +81,61 @@ def _recommendation(pick: dict[str, Any] | None) -> list[str]:
         f"<p id='recommendation'><b>{e(str(pick['method']))}, K = {pick['k']}.</b> "
         f"{e(pick['reason'])}</p>",
         f"<p>Runners-up: {others or 'none'}.</p>" if pick["runners_up"] else "",
+    ]
+
+
+def _subjects(report: dict[str, Any]) -> list[str]:
+    """Each subject's quality figures: volumes, those kept after scrubbing, framewise
+    displacement; a summary line, then the table (folded: a cohort has a thousand rows)."""
+    e = html.escape
+    rows = report.get("subjects") or []
+    if not rows:
+        return []
+    kept = [r["kept"] for r in rows]
+    fd = [r["mean_fd"] for r in rows if "mean_fd" in r]
+    scrubbed = sum(r["kept"] < r["volumes"] for r in rows)
+    summary = (
+        f"{len(rows)} subjects; preprocessing: {report.get('preprocessing', 'none')}. Volumes "
+        f"kept: {min(kept)} to {max(kept)}; {scrubbed} subject(s) lost volumes to scrubbing."
+    )
+    if fd:
+        worst = max((r for r in rows if "mean_fd" in r), key=lambda r: r["mean_fd"])
+        summary += (
+            f" Mean framewise displacement: median {sorted(fd)[len(fd) // 2]:.3f} mm, "
+            f"highest {worst['mean_fd']:.3f} mm ({worst['subject']})."
+        )
+    head = "".join(
+        f"<th>{t}</th>" for t in ("subject", "split", "volumes", "kept", "mean FD (mm)", "max FD")
+    )
+    body = "".join(
+        f"<tr><td class='l'>{e(r['subject'])}</td><td class='l'>{e(r['split'])}</td>"
+        f"<td>{r['volumes']}</td><td>{r['kept']}</td>"
+        + "".join(f"<td>{r[k]:.3f}</td>" if k in r else "<td></td>" for k in ("mean_fd", "max_fd"))
+        + "</tr>"
+        for r in rows
+    )
+    return [
+        "<h2>Subjects</h2>",
+        f"<p id='subjects'>{e(summary)}</p>",
+        "<details><summary>Each subject</summary>",
+        f"<table><tr>{head}</tr>{body}</table>",
+        "<p class='legend'><b>volumes</b>: time points in the subject's files; <b>kept</b>: "
+        "those left after scrubbing (all, without it); <b>FD</b>: fMRIPrep's framewise "
+        "displacement, from the subject's confounds file (blank: none).</p></details>",
+    ]
+
+
+def _methods(text: str | None) -> list[str]:
+    """The methods paragraph and its references, to paste into a paper."""
+    if not text:
+        return []
+    paragraph, _, refs = text.partition("\n\nReferences\n")
+    items = "".join(f"<li>{html.escape(r.split('. ', 1)[1])}</li>" for r in refs.splitlines())
+    return [
+        "<h2>Methods paragraph</h2>",
+        "<p>For a paper's methods section, as the run was made:</p>",
+        f"<blockquote id='methods'>{html.escape(paragraph)}</blockquote>",
+        f"<ol>{items}</ol>" if items else "",
     ]
 
 
@@ -117,9 +175,10 @@ def _blur_table(blur: dict[str, dict[str, Any]]) -> str:
 
 
 def _score_table(rows: list[dict[str, Any]]) -> str:
-    cols = [("method", "method"), ("k", "K")]
-    cols += [(c.name, c.title) for c in table_columns() if any(c.name in r for r in rows)]
-    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in cols)
+    shown = [c for c in table_columns() if any(c.name in r for r in rows)]
+    cols = [("method", "method"), ("k", "K")] + [(c.name, c.title) for c in shown]
+    helps = {c.name: c.help for c in shown}
+    head = "".join(_th(title, helps.get(key, "")) for key, title in cols)
     body = []
     for r in rows:
         cells = []
@@ -134,7 +193,25 @@ def _score_table(rows: list[dict[str, Any]]) -> str:
             cls = " class='l'" if key == "method" else ""
             cells.append(f"<td{cls}>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>" + _legend(shown)
+
+
+def _th(title: str, help: str) -> str:
+    """A column heading, its meaning shown on hover."""
+    e = html.escape
+    return f"<th title='{e(help)}'>{e(title)}</th>" if help else f"<th>{e(title)}</th>"
+
+
+def _legend(columns: list[Column]) -> str:
+    """What each column of a table is, in a line under it (a z column once per title)."""
+    e = html.escape
+    seen: set[str] = set()
+    items = []
+    for c in columns:
+        if c.help and c.title not in seen:
+            seen.add(c.title)
+            items.append(f"<b>{e(c.title)}</b>: {e(c.help)}")
+    return f"<p class='legend'>{'. '.join(items)}.</p>" if items else ""
 
 
 def _compared() -> list[tuple[str, str, bool]]:
@@ -171,6 +248,8 @@ def _comparison_tables(
             "time points within a split and scored on the other half, averaged over the "
             "splits and both directions.</p>"
         )
+    helps = {c.name: c.help for c in table_columns() + compared_columns()}
+    shown: list[Column] = []
     for k in sorted({r["k"] for r in rows}):
         at_k = [r for r in rows if r["k"] == k] + [
             {**a, "method": f"atlas: {a['atlas']}", "n_regions": [a["n_parcels"]]}
@@ -184,7 +263,11 @@ def _comparison_tables(
         }
         # the time-halves columns only where that option ran
         compared = [(key, t) for key, t, _ in _compared() if any(key in r for r in at_k)]
-        head = "".join(f"<th>{e(t)}</th>" for t in ["method", "regions", *(c[1] for c in compared)])
+        head = (
+            "<th>method</th>"
+            + _th("regions", helps["n_regions"])
+            + "".join(_th(t, helps.get(key, "")) for key, t in compared)
+        )
         body = []
         for r in at_k:
             regions = r.get("n_regions", [])
@@ -202,4 +285,7 @@ def _comparison_tables(
                 cells.append(f"<td>{text}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
         parts.append(f"<h3>K = {k}</h3><table><tr>{head}</tr>{''.join(body)}</table>")
+        shown += [c for c in compared_columns() if any(c.name == key for key, _ in compared)]
+    regions = [c for c in table_columns() if c.name == "n_regions"]
+    parts.append(_legend(regions + shown))
     return parts

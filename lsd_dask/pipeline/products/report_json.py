@@ -15,8 +15,11 @@ import numpy as np
 
 from ..._version import __version__
 from ...io.atomic import atomic_write_text
+from ...io.zarr_store import open_split
 from ..engine.context import RunContext
 from ..stages.evaluation import atlas_rows
+from ..stages.preprocess import subject_qc
+from .citations import methods_text
 from .recommend import recommend
 from .report_html import write_report_html
 from .scores import scores_explained
@@ -47,6 +50,8 @@ def write_report(
         "work": cfg.work_url if "://" in cfg.work_url else os.path.relpath(cfg.work_url, out),
         "versions": _versions(),
         "mask": ctx.results["ingest"]["mask"],
+        "preprocessing": cfg.preprocess.describe(),
+        "subjects": _subjects(ctx),
         "svd": _by_split(ctx.results["svd"]),
         **({"feature_blur": blur} if blur else {}),
         "fingerprints": wd.fingerprints(),
@@ -57,10 +62,23 @@ def write_report(
         "timings_s": timings,
         "outputs": [str(p.relative_to(out)) for p in files],
     }
+    report["methods_text"] = methods_text(report, ctx.cfg.methods)
     atomic_write_text(out / "report.json", json.dumps(report, indent=2))
     figures = [p for p in files if p.suffix == ".png"]
     write_report_html(report, out / "report.html", figures)
     return report
+
+
+def _subjects(ctx: RunContext) -> list[dict[str, Any]]:
+    """Each subject's quality figures (:func:`~..stages.preprocess.subject_qc`), its split
+    first; the volumes kept are those its split's store holds."""
+    by_id = {s.subject: s for s in ctx.cfg.subjects}
+    rows = []
+    for split in ctx.splits:
+        st = open_split(ctx.wd.store(split), storage_options=ctx.wd.folder.storage_options)
+        for sid, kept in zip(st.subjects, st.timepoints, strict=True):
+            rows.append({"split": split, **subject_qc(by_id[sid], ctx.cfg.preprocess, kept)})
+    return rows
 
 
 def _by_split(results: dict[str, Any]) -> dict[str, Any]:

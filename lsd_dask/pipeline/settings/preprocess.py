@@ -80,6 +80,29 @@ class PreprocessSettings:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def describe(self) -> str:
+        """What is done to each subject, in a phrase a methods section can use."""
+        steps = []
+        if self.denoise is not None:
+            if "preset" in self.denoise:
+                preset = self.denoise["preset"]
+                how = f"the {preset!r} strategy of nilearn's load_confounds_strategy"
+            else:
+                args = ", ".join(f"{k}={v}" for k, v in self.denoise.items())
+                how = f"nilearn's load_confounds ({args})"
+            steps.append(f"fMRIPrep's confounds regressed out with {how}")
+        if self.confounds is not None:
+            steps.append(f"the confounds {', '.join(self.confound_columns)} regressed out")
+        if self.detrend:
+            steps.append("linearly detrended")
+        if self.band_pass:
+            low = f"{self.high_pass:g}" if self.high_pass is not None else "0"
+            high = f"{self.low_pass:g}" if self.low_pass is not None else "Nyquist"
+            steps.append(f"band-passed {low}-{high} Hz (Butterworth)")
+        if self.smoothing_mm > 0:
+            steps.append(f"blurred along the mesh at FWHM {self.smoothing_mm:g} mm")
+        return "; ".join(steps) if steps else "none (each vertex z-scored only)"
+
     def confound_path(self, subject: str) -> Path:
         """The subject's confounds file (``confounds`` must be set); an id that would lead
         the template out of its folder (a separator, or a leading ".") is refused."""

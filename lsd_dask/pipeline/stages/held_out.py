@@ -17,7 +17,7 @@ from ... import evaluation as ev
 from ..._version import __version__
 from ...spin import find_spheres
 from ..engine.context import RunContext
-from ..engine.contract import Column, RowKey, Unit
+from ..engine.contract import SPIN_Z_HELP, Column, RowKey, Unit
 from ..engine.workdir import mesh_digest
 
 __all__ = [
@@ -198,11 +198,21 @@ def measure_columns(prefix: str, *, table: bool, title: str = "") -> tuple[Colum
     cols: list[Column] = []
     for m in ev.MEASURES:
         cols.append(
-            Column(f"{prefix}{m.name}", f"{m.title}{title}", m.higher_is_better, table, m.name)
+            Column(
+                f"{prefix}{m.name}",
+                f"{m.title}{title}",
+                m.higher_is_better,
+                table,
+                m.name,
+                help=f"{m.explanation}; {'higher' if m.higher_is_better else 'lower'} is better",
+            )
         )
         cols.append(
-            Column(f"{prefix}{m.name}_z", "z (spin)", None, table and m.spin_null, f"{m.name}_z")
-        )
+            Column(
+                f"{prefix}{m.name}_z", "z (spin)", None, table and m.spin_null, f"{m.name}_z",
+                help=SPIN_Z_HELP,
+            )
+        )  # fmt: skip
     return tuple(cols)
 
 

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ...io.surface_files import SubjectFiles
+from ...io.bids_index import confounds_file
+from ...io.surface_files import SubjectFiles, timepoint_count
 from ..settings.preprocess import PreprocessSettings, subject_t_r_of
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "denoise_confounds",
     "preprocess_subject",
     "read_confounds",
+    "subject_qc",
 ]
 
 
@@ -218,3 +220,29 @@ def preprocess_subject(
     return clean_subject(
         x, pp, t_r=tr, confounds=confounds, sample_mask=sample_mask, smoothing=smoothing
     )
+
+
+def subject_qc(s: SubjectFiles, pp: PreprocessSettings, kept: int) -> dict[str, Any]:
+    """One subject's quality figures for the report: its volumes, the ``kept`` ones (after
+    scrubbing), and its framewise displacement in mm (mean and largest, fMRIPrep's
+    ``framewise_displacement``) when it has a confounds file that holds one: the file of
+    ``preprocess.confounds``, or fMRIPrep's beside its BOLD file."""
+    row: dict[str, Any] = {"subject": s.subject, "volumes": timepoint_count(s), "kept": kept}
+    path = pp.confound_path(s.subject) if pp.confounds is not None else confounds_file(s.paths[0])
+    if path is None or not path.is_file():
+        return row
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path, sep="\t", usecols=lambda c: c == "framewise_displacement")
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        return row  # read in full, and checked, where the confounds are used
+    if "framewise_displacement" not in table:
+        return row
+    fd = pd.to_numeric(table["framewise_displacement"], errors="coerce").to_numpy(np.float64)
+    if s.time_slice is not None:
+        fd = fd[s.time_slice[0] : s.time_slice[1]]
+    if np.isfinite(fd).any():  # fMRIPrep's first row is n/a
+        row["mean_fd"] = float(np.nanmean(fd))
+        row["max_fd"] = float(np.nanmax(fd))
+    return row

@@ -31,7 +31,7 @@ from ...distributed import active_client, finished
 from ...spin import find_spheres, spin_indices, spin_labels
 from ...surface import grow_sized_regions, split_connected
 from ..engine.context import RunContext
-from ..engine.contract import Column, RowKey, StageBase, Unit
+from ..engine.contract import SPIN_Z_HELP, Column, RowKey, StageBase, Unit
 from ..engine.workdir import mesh_digest
 
 __all__ = ["SplitHalfStage", "score_pair"]
@@ -45,19 +45,26 @@ _NULL_SCORES = ("dice", "nmi")
 def _columns() -> tuple[Column, ...]:
     """Every column of a row: the sidecar's first, in the order it lists them."""
     cols = [
-        Column("dice", "split-half Dice", higher_is_better=True, sidecar_key="dice"),
-        Column("nmi", "NMI", sidecar_key="nmi"),
-        Column("ari", "ARI", sidecar_key="ari"),
-        Column("null_dice_mean", "null Dice", sidecar_key="null_dice_mean"),
+        Column("dice", "split-half Dice", higher_is_better=True, sidecar_key="dice",
+               help="mean Dice of split 1's regions with split 2's, matched greedily "
+               "(largest overlap first); blur raises it, so it never decides alone"),
+        Column("nmi", "NMI", sidecar_key="nmi",
+               help="normalised mutual information of the two splits' regions"),
+        Column("ari", "ARI", sidecar_key="ari",
+               help="adjusted Rand index of the two splits' regions"),
+        Column("null_dice_mean", "null Dice", sidecar_key="null_dice_mean",
+               help="Dice when split 2's region sizes grow at random places on the mesh"),
         Column("null_dice_sd", "null Dice sd", table=False, sidecar_key="null_dice_sd"),
-        Column("n_regions", "regions", sidecar_key="n_regions"),
-        Column("null_dice_z", "z"),
-        Column("spin_null_dice_mean", "spin-null Dice"),
-        Column("spin_null_dice_z", "z (spin)"),
-        Column("null_nmi_mean", "null NMI"),
-        Column("ami", "AMI"),
+        Column("n_regions", "regions", sidecar_key="n_regions",
+               help="connected regions of at least the minimum size, per split"),
+        Column("null_dice_z", "z", help="Dice's z against the random-region null"),
+        Column("spin_null_dice_mean", "spin-null Dice",
+               help="Dice of split 1 with split 2 spun on the sphere"),
+        Column("spin_null_dice_z", "z (spin)", help=SPIN_Z_HELP),
+        Column("null_nmi_mean", "null NMI", help="NMI under the random-region null"),
+        Column("ami", "AMI", help="adjusted mutual information: 0 unrelated, 1 equal"),
         Column("n_parcels", "parcels", table=False),
-    ]
+    ]  # fmt: skip
     named = {c.name for c in cols}
     cols += [
         Column(f"{null}_{score}_{stat}", f"{null} {score} {stat}", table=False)

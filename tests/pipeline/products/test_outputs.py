@@ -127,12 +127,23 @@ def test_nilearn_plots_each_dseg_with_its_own_table(run):
     for gii in sorted(find_atlas_folder(out).glob("*_hemi-L_*.label.gii"))[:3]:
         tsv = Path(str(gii).replace("hemi-L_", "").replace(".label.gii", ".tsv"))
         lut = pd.read_csv(tsv, sep="\t")
-        assert list(lut.columns) == ["index", "name", "color"]
+        assert list(lut.columns) == ["index", "name", "color", "hemisphere", "n_vertices",
+                                     "x", "y", "z"]  # fmt: skip
         assert lut.loc[0, "name"] == "Background"
         img = nib.load(str(gii))
         right = nib.load(str(gii).replace("hemi-L_", "hemi-R_")).darrays[0].data
         both = np.concatenate([img.darrays[0].data, right])
         assert set(np.unique(both)) == set(lut["index"])  # one table for both hemispheres
+        # where each parcel lies, as the label files hold it: its hemisphere, its size,
+        # and a vertex of its own on the surface the sidecar names
+        xyz = np.vstack([study.meshes[h].vertices for h in ("left", "right")])
+        for _, row in lut.iloc[1:].iterrows():
+            members = np.flatnonzero(both == row["index"])
+            sides = {"L" if v < sizes[0] else "R" for v in members}
+            assert row["hemisphere"] == "".join(sorted(sides)) and row["n_vertices"] == members.size
+            gap = np.abs(xyz[members] - row[["x", "y", "z"]].to_numpy(float)).max(axis=1).min()
+            assert gap <= 0.05 + 1e-9  # written to 0.1 mm
+        assert json.loads(tsv.with_suffix(".json").read_text())["x"]["Units"] == "mm"
         # the label file's table agrees with the TSV, key 0 included (by name and RGB)
         table = {lb.key: lb.rgba for lb in img.labeltable.labels}
         assert img.labeltable.get_labels_as_dict()[0] == "???"  # Workbench's unlabelled key
@@ -280,7 +291,7 @@ def test_report_html_holds_the_figures_and_the_table(run):
     import base64
     from html.parser import HTMLParser
 
-    out, _, _, _ = run
+    out, study, _, _ = run
     page = (out / "report.html").read_text()
 
     class Collect(HTMLParser):
@@ -294,8 +305,8 @@ def test_report_html_holds_the_figures_and_the_table(run):
 
     Collect().feed(page)
     # per K a comparison table (header + 2 methods), the score table (header + 2 methods
-    # x 2 K) and the timings table's 2 rows
-    assert Collect.rows == 2 * (1 + 2) + (1 + 4) + 2
+    # x 2 K), the subjects' table (header + a row per subject) and the timings' 2 rows
+    assert Collect.rows == 2 * (1 + 2) + (1 + 4) + (1 + len(study.subjects)) + 2
     assert len(Collect.imgs) == 2  # dice_vs_k and the parcellations
     for src in Collect.imgs:
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"

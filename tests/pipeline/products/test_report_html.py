@@ -52,3 +52,49 @@ def test_blur_table_marks_the_blurs_past_the_stop_not_tried():
     mean, se = (float(v) for v in first[3].split(" ± "))
     assert abs(mean - stopped[1].mean()) <= 1e-4 and se > 0
     assert "not tried" not in second and second[-1] == "20 mm"
+
+
+class _Headings(HTMLParser):
+    """Each table heading's text and its hover title; the legends' text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headings: list[tuple[str, str | None]] = []
+        self.legend = ""
+        self._where: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "th":
+            self.headings.append(("", dict(attrs).get("title")))
+            self._where = "th"
+        elif tag == "p" and dict(attrs).get("class") == "legend":
+            self._where = "legend"
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "p"):
+            self._where = None
+
+    def handle_data(self, data):
+        if self._where == "th":
+            self.headings[-1] = (self.headings[-1][0] + data, self.headings[-1][1])
+        elif self._where == "legend":
+            self.legend += data
+
+
+def test_every_compared_column_is_explained_where_it_stands():
+    """The comparison tables' and the score table's headings carry what each column is,
+    and the line under them says it, "Gordon homogeneity" included."""
+    from lsd_dask.pipeline.products.report_html import _comparison_tables, _score_table
+    from lsd_dask.pipeline.products.scores import compared_columns, table_columns
+
+    row = {"method": "ward", "k": 10, "n_regions": [10, 11], "dice": 0.5}
+    row |= {c.name: 0.1 for c in table_columns() + compared_columns() if c.name != "n_regions"}
+    page = "".join(_comparison_tables([row])) + _score_table([row])
+    parser = _Headings()
+    parser.feed(page)
+    titled = {text: title for text, title in parser.headings}
+    for c in compared_columns() + [c for c in table_columns() if c.help]:
+        assert titled.get(c.title) == c.help, c.title
+        assert f"{c.title}: {c.help}" in parser.legend, c.title
+    assert "Gordon homogeneity: the share of a parcel's variance" in parser.legend
+    assert titled["method"] is None  # nothing to explain

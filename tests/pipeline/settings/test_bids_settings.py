@@ -7,11 +7,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
+from nilearn.interfaces.fmriprep import load_confounds_strategy
 
 from lsd_dask import cli
 from lsd_dask.datasets.studies import write_study
@@ -216,6 +219,28 @@ def test_the_readme_command_on_a_messy_fmriprep_tree(messy_tree, tmp_path, sched
     assert command.startswith("Run as: lsd-dask run --bids messy0 --participant-label")
     assert str(tmp_path) not in command and "None" not in command
     assert bids_validator_errors(out) == []
+    # each subject's volumes kept by scrubbing, as nilearn's own strategy keeps them, and
+    # its framewise displacement as the TSV holds it
+    qc = {r["subject"]: r for r in report["subjects"]}
+    assert sorted(qc) == sorted(s for split in report["config"]["splits"].values() for s in split)
+    for sid, bold in (("sub-03_dir-PA", "sub-03/func/sub-03_task-rest_dir-PA"),
+                      ("sub-04_ses-2", "sub-04/ses-2/func/sub-04_ses-2_task-rest")):  # fmt: skip
+        gifti = [str(root / f"{bold}_hemi-{h}_space-fsaverage5_bold.func.gii") for h in "LR"]
+        _, sample_mask = load_confounds_strategy(gifti, denoise_strategy="scrubbing")
+        fd = pd.read_csv(root / f"{bold}_desc-confounds_timeseries.tsv", sep="\t")
+        fd = fd["framewise_displacement"]
+        assert qc[sid]["volumes"] == 40
+        assert qc[sid]["kept"] == (40 if sample_mask is None else len(sample_mask))
+        assert qc[sid]["mean_fd"] == pytest.approx(fd.mean()) and qc[sid]["max_fd"] == fd.max()
+    assert "denoise" not in report["preprocessing"] and "'scrubbing'" in report["preprocessing"]
+    page = (out / "report.html").read_text()
+    assert "<p id='subjects'>6 subjects;" in page and "<blockquote id='methods'>" in page
+    # the methods paragraph: its numbers cited in order, each reference listed once
+    text, _, refs = report["methods_text"].partition("\n\nReferences\n")
+    cited = [int(n) for n in re.findall(r"\[(\d+)\]", text)]
+    assert sorted(set(cited)) == list(range(1, len(refs.splitlines()) + 1))
+    assert [n for i, n in enumerate(cited) if n not in cited[:i]] == sorted(set(cited))
+    assert "6 subjects" in text and "K = 4" in text and "rank 10" in text
     # the task from fMRIPrep's filter file this time
     (tmp_path / "filter.json").write_text(json.dumps({"bold": {"task": "rest"}}))
     chosen = ["--bids-filter-file", str(tmp_path / "filter.json")]

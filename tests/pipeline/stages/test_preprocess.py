@@ -292,3 +292,36 @@ def test_denoise_is_nilearns_load_confounds_then_signal_clean(tmp_path, study):
         _settings(denoise={"strategy": ["scrub"], "fd": 0.2})
     with pytest.raises(ValueError, match="not both"):
         _settings(denoise="simple", confounds="{subject}.tsv", confound_columns=["csf"])
+
+
+def test_a_subjects_qc_reads_its_own_rows_of_framewise_displacement(tmp_path):
+    """A subject that is the second half of a run: its volumes are its slice's, and its
+    framewise displacement the mean and largest of its rows of the run's confounds file
+    (fMRIPrep's leading n/a left out); a subject without the column has no FD figures."""
+    from lsd_dask.pipeline.stages.preprocess import subject_qc
+
+    x = RNG.standard_normal((30, 40)).astype(np.float32)
+    write_dtseries(tmp_path / "run.dtseries.nii", x, [15, 15])
+    fd = np.r_[np.nan, RNG.uniform(0, 1, 39)]
+    pd.DataFrame({"framewise_displacement": fd, "csf": RNG.standard_normal(40)}).to_csv(
+        tmp_path / "s_conf.tsv", sep="\t", index=False, na_rep="n/a"
+    )
+    pp = _settings(confounds=str(tmp_path / "{subject}_conf.tsv"), confound_columns=["csf"])
+    late = SubjectFiles("s", "cifti", (tmp_path / "run.dtseries.nii",), time_slice=(20, 40))
+    row = subject_qc(late, pp, kept=18)
+    assert row == {"subject": "s", "volumes": 20, "kept": 18, "mean_fd": pytest.approx(
+        fd[20:].mean()), "max_fd": fd[20:].max()}  # fmt: skip
+    early = SubjectFiles("s", "cifti", (tmp_path / "run.dtseries.nii",), time_slice=(0, 20))
+    assert subject_qc(early, pp, kept=20)["mean_fd"] == pytest.approx(np.nanmean(fd[:20]))
+    pd.DataFrame({"csf": RNG.standard_normal(40)}).to_csv(tmp_path / "s_conf.tsv", sep="\t")
+    assert subject_qc(late, pp, kept=20) == {"subject": "s", "volumes": 20, "kept": 20}
+
+
+def test_the_preprocessing_is_said_in_a_phrase():
+    pp = _settings(detrend=True, high_pass=0.01, low_pass=0.1, smoothing_mm=4, denoise="simple")
+    assert pp.describe() == (
+        "fMRIPrep's confounds regressed out with the 'simple' strategy of nilearn's "
+        "load_confounds_strategy; linearly detrended; band-passed 0.01-0.1 Hz (Butterworth); "
+        "blurred along the mesh at FWHM 4 mm"
+    )
+    assert _settings().describe() == "none (each vertex z-scored only)"
