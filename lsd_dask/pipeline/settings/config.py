@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...cluster import SPATIAL_OPTIONS
+from ...io.bids import atlas_label, bids_label
 from ...io.surface_files import READERS, SubjectFiles
 from . import files
 from .atlases import AtlasSpec
@@ -259,6 +260,36 @@ class PipelineConfig:
             )
         check_features(self.features)
         check_splits(self.subjects, self.resolved_splits(), self.participants)
+        check_file_labels([m.name for m in self.methods], self.ks, list(self.resolved_splits()))
+
+
+def check_file_labels(methods: list[str], ks: list[int], splits: list[str]) -> None:
+    """Method and split names must stay apart once written as BIDS labels (letters and
+    digits only): ``dir_a`` and ``dira``, ``s-1`` and ``s_1``, or ``dir1`` at K = 20 and
+    ``dir`` at K = 120 would write one file for two parcellations. An error names both."""
+    for what, names in (("methods", methods), ("splits", splits)):
+        seen: dict[str, str] = {}
+        for name in names:
+            label = bids_label(name)
+            if label in seen:
+                raise ValueError(
+                    f"{what}: {seen[label]!r} and {name!r} are both {label!r} as a file label "
+                    "(letters and digits only); rename one."
+                )
+            seen[label] = name
+    atlases: dict[str, tuple[str, int, str]] = {}
+    for m in methods:
+        for k in ks:
+            for split in splits:
+                label = atlas_label(m, k, split)
+                if label in atlases:
+                    a = atlases[label]
+                    raise ValueError(
+                        f"methods: {a[0]!r} at K = {a[1]} in {a[2]} and {m!r} at K = {k} in "
+                        f"{split} are both atlas-{label} in file names; rename one (a name "
+                        "that ends in a digit runs into K, or K into a split's name)."
+                    )
+                atlases[label] = (m, k, split)
 
 
 def _distinct_ks(ks: list[int]) -> list[int]:

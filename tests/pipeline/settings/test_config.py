@@ -122,6 +122,20 @@ def test_misspelled_nested_keys_fail_with_a_suggestion(folder):
             {"methods": [{"method": "lsd", "feature_smoothing_mm": "Auto"}]},
             r"methods\[0\].feature_smoothing_mm: 'Auto'; allowed: a number >= 0 or 'auto'",
         ),
+        # two names, one file label: one output would overwrite the other's
+        (
+            {"methods": [{"method": "ward", "name": "dir_a"}, {"method": "lsd", "name": "dira"}]},
+            "^methods: 'dir_a' and 'dira' are both 'dira' as a file label",
+        ),
+        (
+            {"splits": {"s-1": ["sub-0", "sub-1"], "s_1": ["sub-2", "sub-3"]}},
+            "^splits: 's-1' and 's_1' are both 's1' as a file label",
+        ),
+        (
+            {"ks": [20, 120], "methods": ["ward", {"method": "lsd", "name": "ward1"}]},
+            "^methods: 'ward' at K = 120 in split1 and 'ward1' at K = 20 in split1 are both "
+            "atlas-ward120split1",
+        ),
     ],
 )
 def test_bad_values_name_their_key(folder, change, message):
