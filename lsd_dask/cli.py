@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ._version import __version__
-from .io.lock import FolderBusyError, WorkLock
+from .io.lock import FolderBusyError, LockSet
 from .pipeline.settings.methods import METHODS
 
 if TYPE_CHECKING:
@@ -215,6 +215,13 @@ _LABELS = re.compile(r"(sub-)?[A-Za-z0-9]+(,(sub-)?[A-Za-z0-9]+)*,?")
     "(overrides `work`; default <output>/work).",
 )
 @click.option(
+    "--adopt-folders",
+    "adopt",
+    is_flag=True,
+    help="Write into an output or work folder that holds files no lsd-dask run wrote "
+    "(refused otherwise): they are kept, and none is removed.",
+)
+@click.option(
     "--k",
     "ks",
     multiple=True,
@@ -267,6 +274,7 @@ def run(
     tls_key: Path | None,
     out: Path | None,
     work: str | None,
+    adopt: bool,
     ks: tuple[int, ...],
     methods: tuple[str, ...],
     rank: int | None,
@@ -316,7 +324,7 @@ def run(
     if scheduler is None and _serve_slurm_task(cluster_file, cfg.cluster):
         return  # this SLURM task was the scheduler or a worker of the run
     # the work folder's lock first: a second run into it fails before reading anything
-    with work_lock(cfg, _command_line()) as lock:
+    with work_lock(cfg, _command_line(), adopt=adopt) as lock:
         _run_locked(cfg, lock, cluster_file, scheduler, tls_ca_file, tls_cert, tls_key)
 
 
@@ -337,7 +345,7 @@ def _serve_slurm_task(cluster_file: Path | None, cluster: Any) -> bool:
 
 def _run_locked(
     cfg: PipelineConfig,
-    lock: WorkLock,
+    lock: LockSet,
     cluster_file: Path | None,
     scheduler: str | None,
     tls_ca_file: Path | None,

@@ -27,7 +27,7 @@ from typing import Any
 
 from .storage import Folder
 
-__all__ = ["LEASE_S", "FolderBusyError", "WorkLock"]
+__all__ = ["LEASE_S", "FolderBusyError", "LockSet", "WorkLock"]
 
 #: seconds without a heartbeat after which an object-storage lease counts as abandoned
 LEASE_S = 120.0
@@ -46,10 +46,23 @@ class WorkLock:
         The work folder.
     command : str, optional
         Recorded with the holder, so that the error a second run gets says what holds it.
+    name : str
+        The lock file's name in a local folder.
+    what : str
+        What the folder is, for the error ("work folder", "output folder").
     """
 
-    def __init__(self, folder: Folder, command: str | None = None) -> None:
+    def __init__(
+        self,
+        folder: Folder,
+        command: str | None = None,
+        *,
+        name: str = ".lock",
+        what: str = "work folder",
+    ) -> None:
         self.folder = folder
+        self.name = name
+        self.what = what
         self.owner = {
             "id": uuid.uuid4().hex,
             "pid": os.getpid(),
@@ -83,6 +96,30 @@ class WorkLock:
         else:
             self._acquire_lease()
 
+    def check_free(self) -> None:
+        """Raise :class:`FolderBusyError` when another run holds the lock, creating
+        nothing (a folder the run may yet refuse is left as it was)."""
+        if self.held:
+            return
+        if not self.folder.local:
+            holder = self._read_lease()
+            if holder is not None and time.time() - float(holder.get("renewed", 0)) < LEASE_S:
+                raise FolderBusyError(_busy(self.folder.url, holder, self.what))
+            return
+        import fcntl
+
+        try:
+            fd = os.open(self.folder.join(self.name), os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            return  # absent (or a link, which the folder's check refuses)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            raise FolderBusyError(_busy(self.folder.url, _holder(fd), self.what)) from None
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         """Give the lock back (a lease object is deleted if it is still this run's)."""
         if self._fd is not None:
@@ -106,17 +143,15 @@ class WorkLock:
     def _acquire_local(self) -> None:
         import fcntl
 
-        path = self.folder.join(".lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        path = self.folder.join(self.name)
+        # not through a link: the lock's JSON would land in the link's target
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                holder = json.loads(os.pread(fd, 65536, 0).decode() or "{}")
-            except (ValueError, OSError):
-                holder = {}
+            holder = _holder(fd)
             os.close(fd)
-            raise FolderBusyError(_busy(self.folder.url, holder)) from None
+            raise FolderBusyError(_busy(self.folder.url, holder, self.what)) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(self.owner).encode(), 0)
         self._fd = fd
@@ -142,12 +177,12 @@ class WorkLock:
     def _acquire_lease(self) -> None:
         holder = self._read_lease()
         if holder is not None and time.time() - float(holder.get("renewed", 0)) < LEASE_S:
-            raise FolderBusyError(_busy(self.folder.url, holder))
+            raise FolderBusyError(_busy(self.folder.url, holder, self.what))
         self._write_lease()
         time.sleep(1.0)  # a run that wrote its lease at the same moment shows up here
         holder = self._read_lease()
         if holder is None or holder.get("id") != self.owner["id"]:
-            raise FolderBusyError(_busy(self.folder.url, holder or {}))
+            raise FolderBusyError(_busy(self.folder.url, holder or {}, self.what))
         self._stop.clear()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="work-lease")
         self._beat.start()
@@ -163,11 +198,67 @@ class WorkLock:
                 pass
 
 
-def _busy(url: str, holder: dict[str, Any]) -> str:
+class LockSet:
+    """Several folders' locks taken together (a context manager): all, or none.
+
+    Parameters
+    ----------
+    *locks : WorkLock
+        Taken in order, given back in reverse.
+    """
+
+    def __init__(self, *locks: WorkLock) -> None:
+        self.locks = locks
+        #: lines for the run's log, which opens after the locks are taken
+        self.notes: list[str] = []
+
+    def __enter__(self) -> LockSet:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    @property
+    def held(self) -> bool:
+        return all(lock.held for lock in self.locks)
+
+    def check_free(self) -> None:
+        """:meth:`WorkLock.check_free` of each lock."""
+        for lock in self.locks:
+            lock.check_free()
+
+    def acquire(self) -> None:
+        """Take every lock, or none (those taken are given back when one fails)."""
+        taken: list[WorkLock] = []
+        try:
+            for lock in self.locks:
+                lock.acquire()
+                taken.append(lock)
+        except BaseException:
+            for lock in reversed(taken):
+                lock.release()
+            raise
+
+    def release(self) -> None:
+        for lock in reversed(self.locks):
+            lock.release()
+
+
+def _holder(fd: int) -> dict[str, Any]:
+    """The holder a lock file names (empty when unreadable)."""
+    try:
+        holder = json.loads(os.pread(fd, 65536, 0).decode() or "{}")
+    except (ValueError, OSError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _busy(url: str, holder: dict[str, Any], what: str = "work folder") -> str:
     who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
     since = f" since {holder['since']}" if holder.get("since") else ""
     command = f" ({holder['command']})" if holder.get("command") else ""
     return (
-        f"work folder {url} is in use by another run: {who}{since}{command}; wait for it "
+        f"{what} {url} is in use by another run: {who}{since}{command}; wait for it "
         "to finish, or give this run another output or work folder."
     )

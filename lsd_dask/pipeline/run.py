@@ -28,13 +28,15 @@ to the log file ``lsd-dask.log`` in the output folder too, with its time stamp.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from .._version import __version__
 from ..distributed import PausedWorkers, active_client, one_blas_thread_beside_workers
-from ..io.lock import WorkLock
+from ..io.lock import LockSet
+from ..io.ownership import OutputRecord
 from . import stages as plan
-from .engine.context import RunContext
+from .engine.context import RunContext, input_paths, work_lock
 from .engine.contract import run_stage
 from .engine.log import Log, get_log, log_file
 from .preflight import preflight
@@ -51,7 +53,8 @@ def run_pipeline(
     *,
     log: Log | None = None,
     command: str | None = None,
-    lock: WorkLock | None = None,
+    lock: LockSet | None = None,
+    adopt: bool = False,
 ) -> dict[str, Any]:
     """Run every stage (skipping completed ones) and write the outputs; return the report.
 
@@ -66,14 +69,26 @@ def run_pipeline(
     (:func:`~lsd_dask.pipeline.engine.placement.check_worker_memory`);
     workers that stay paused over their memory for
     :data:`~lsd_dask.distributed.PAUSED_LIMIT_S` end it with :class:`MemoryError`.
+
+    The output and work folders must be lsd-dask's (new, empty, or written by earlier
+    runs), or the run fails before writing anything, listing a few of the user's files;
+    ``adopt=True`` writes beside them instead (the CLI's ``--adopt-folders``), and the run
+    never removes one (:mod:`lsd_dask.io.ownership`).
     """
     t_start = time.perf_counter()
     # bad settings or inputs fail here, before the output folder or its log file exist
     meshes = preflight(cfg)[0]
     header = f"[run] {command or 'run_pipeline'} (lsd-dask {__version__})"
-    with log_file(cfg.output, get_log("lsd_dask.pipeline", log), header) as logged:
-        ctx = RunContext.open(cfg, logged, meshes, command, lock)
-        return _run(ctx, command, t_start)
+    owns = lock is None
+    # the folders checked and locked before the log file is made in one
+    locks = work_lock(cfg, command, adopt=adopt) if lock is None else lock
+    try:
+        with log_file(cfg.output, get_log("lsd_dask.pipeline", log), header) as logged:
+            ctx = RunContext.open(cfg, logged, meshes, command, locks)
+            return _run(ctx, command, t_start)
+    finally:
+        if owns:
+            locks.release()
 
 
 def _run(ctx: RunContext, command: str | None, t_start: float) -> dict[str, Any]:
@@ -92,10 +107,22 @@ def _run(ctx: RunContext, command: str | None, t_start: float) -> dict[str, Any]
         t0 = time.perf_counter()
         log(f"[outputs] label files, figures and the report into {cfg.output}")
         rows = score_rows(ctx)  # assembled once, for the label files and the report
-        files = write_outputs(ctx, rows, command)
-        timings["outputs"] = time.perf_counter() - t0
-        timings["total"] = time.perf_counter() - t_start
-        report = write_report(ctx, rows, files, timings, command)
+        record = OutputRecord.read(cfg.output)
+        files: list[Path] = []  # what is written, as it is: recorded even if a write fails
+        try:
+            write_outputs(ctx, rows, command, files)
+            timings["outputs"] = time.perf_counter() - t0
+            timings["total"] = time.perf_counter() - t_start
+            report = write_report(ctx, rows, files, timings, command)
+        except BaseException:
+            record.commit(files, complete=False)
+            raise
+        stale = record.commit(files, complete=True, keep=input_paths(cfg))
+        if stale:
+            log(
+                f"[outputs] removed {len(stale)} file(s) an earlier run wrote for other "
+                f"methods, K or splits (first: {stale[0].relative_to(cfg.output)})"
+            )
         log(
             f"[done] outputs in {cfg.output} ({timings['total']:.1f} s); open "
             f"{cfg.output / 'report.html'} (the scores as data: report.json)"

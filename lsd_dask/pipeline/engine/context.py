@@ -16,15 +16,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...datasets.templates import identify_template
-from ...io.lock import WorkLock
+from ...io.lock import LockSet, WorkLock
+from ...io.ownership import LOCK_NAMES, OutputRecord, check_work_folder, mark_work_folder
 from ...io.storage import Folder, is_local
 from ...io.surface_files import HEMISPHERES
 from ...surface import Mesh, mesh_adjacency
 from ..settings.config import PipelineConfig
-from .log import Log
+from .log import LOG_FILE, Log
 from .workdir import WorkDir
 
-__all__ = ["RunContext", "check_writable", "work_lock"]
+__all__ = ["RunContext", "check_writable", "input_paths", "work_lock"]
 
 
 @dataclass
@@ -53,7 +54,7 @@ class RunContext:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)
 
-    lock: WorkLock | None = None
+    lock: LockSet | None = None
     #: whether :meth:`close` gives the lock back (not when the caller took it)
     owns_lock: bool = False
     #: the stages the stage being planned reads (:meth:`reading`); None: no stage's plan
@@ -66,7 +67,9 @@ class RunContext:
         log: Log,
         meshes: dict[str, Mesh],
         command: str | None = None,
-        lock: WorkLock | None = None,
+        lock: LockSet | None = None,
+        *,
+        adopt: bool = False,
     ) -> RunContext:
         """The context of a run: its work folder opened and locked (a second run into it
         fails with :class:`~lsd_dask.io.lock.FolderBusyError`), then what killed writers
@@ -76,8 +79,10 @@ class RunContext:
         wd = WorkDir(cfg.work_url, log, cfg.storage_options)
         owns = lock is None
         if lock is None:
-            lock = work_lock(cfg, command)
+            lock = work_lock(cfg, command, adopt=adopt)
         try:
+            for note in lock.notes:
+                log(note)
             wd.remove_partials()
         except BaseException:
             if owns:
@@ -156,16 +161,47 @@ class RunContext:
         return V, A
 
 
-def work_lock(cfg: PipelineConfig, command: str | None = None) -> WorkLock:
-    """Take the lock of the run's work folder (created if missing), or raise
-    :class:`~lsd_dask.io.lock.FolderBusyError` naming the run that holds it. The CLI takes
-    it before reading any input, so that a second run fails within seconds."""
+def work_lock(cfg: PipelineConfig, command: str | None = None, *, adopt: bool = False) -> LockSet:
+    """Take the locks of the run's output and work folders, or raise
+    :class:`~lsd_dask.io.lock.FolderBusyError` naming the run that holds one. The CLI takes
+    them before reading any input, so that a second run fails within seconds.
+
+    Before anything is written there, both folders must be lsd-dask's
+    (:mod:`lsd_dask.io.ownership`): new, empty, or holding only what earlier runs
+    recorded; otherwise :class:`~lsd_dask.io.ownership.FolderNotOwnedError` lists a few
+    of the user's files, unless ``adopt`` (the run then writes beside them, and removes
+    none). A link inside either folder is refused whatever ``adopt`` says. The log file
+    is then claimed in the output folder's record.
+    """
+    out = Folder(str(cfg.output))
+    work = Folder(cfg.work_url, cfg.storage_options)
+    locks = LockSet(
+        WorkLock(out, command, name=LOCK_NAMES[0], what="output folder"), WorkLock(work, command)
+    )
+    # nothing is made, in either folder, until both are known to be the run's
+    _check_not_inputs(cfg)
+    _check_output_writable(cfg.output)
+    _check_work_folder(cfg)
+    locks.check_free()  # a busy folder says so, not that its new files are not ours
+    check_work_folder(work, adopt=adopt)
+    record = OutputRecord.read(cfg.output)
+    if cfg.output.is_dir():
+        adopted = record.refuse_foreign([Path(work.url)] if work.local else [], adopt=adopt)
+        if adopted:
+            shown = ", ".join(p.relative_to(cfg.output).as_posix() for p in adopted[:5])
+            locks.notes.append(
+                f"[run] output folder adopted: {len(adopted)} file(s) no lsd-dask run wrote "
+                f"({shown}{', ...' if len(adopted) > 5 else ''}), kept as they are"
+            )
     check_writable(cfg)
-    folder = Folder(cfg.work_url, cfg.storage_options)
-    folder.makedirs()
-    lock = WorkLock(folder, command)
-    lock.acquire()
-    return lock
+    mark_work_folder(work)
+    locks.acquire()
+    try:
+        record.claim(LOG_FILE)
+    except BaseException:
+        locks.release()
+        raise
+    return locks
 
 
 def check_writable(cfg: PipelineConfig) -> None:
@@ -184,11 +220,42 @@ def check_writable(cfg: PipelineConfig) -> None:
     _check_work_folder(cfg)
 
 
-def _check_not_inputs(cfg: PipelineConfig) -> None:
+def input_paths(cfg: PipelineConfig) -> list[Path]:
+    """Every file the run reads, resolved: the subjects', the meshes, spheres and display
+    meshes, the comparison atlases' files and the confounds files; a run never removes
+    or replaces one, wherever it lives."""
     inputs = [Path(p) for s in cfg.subjects for p in s.paths] + [Path(p) for p in cfg.mesh.values()]
     for pair in (cfg.sphere, cfg.display_mesh):
         inputs += [Path(p) for p in (pair or {}).values()]
-    inputs = [p.resolve() for p in inputs]
+    inputs += [Path(p) for a in cfg.compare_atlases for p in (a.files or {}).values()]
+    if cfg.preprocess.confounds is not None:
+        inputs += [cfg.preprocess.confound_path(s.subject) for s in cfg.subjects]
+    return [p.resolve() for p in inputs]
+
+
+def _check_output_writable(out: Path) -> None:
+    """The output folder, or the folder it would be made in, takes a write: a probe file
+    in an existing one (removed), the permission of the nearest existing parent else."""
+    if out.is_dir():
+        probe = out / f".write-test-{os.getpid()}"
+        try:
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as err:
+            raise PermissionError(f"output folder {out} is not writable: {err}") from err
+        return
+    parent = next((p for p in out.parents if p.exists()), None)
+    if out.exists() or parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise PermissionError(f"output folder {out} cannot be made here (is {parent} writable?)")
+
+
+def _check_not_inputs(cfg: PipelineConfig) -> None:
+    """Neither folder may hold the data or the meshes (an atlas or a confounds file in the
+    output folder is the user's, found by the ownership check)."""
+    given: list[str | Path] = [p for s in cfg.subjects for p in s.paths]
+    for pair in (cfg.mesh, cfg.sphere, cfg.display_mesh):
+        given += list((pair or {}).values())
+    inputs = [Path(p).resolve() for p in given]
     folders = [("output", cfg.output)]
     if is_local(cfg.work_url):
         folders.append(("work", Path(cfg.work_url.removeprefix("file://"))))

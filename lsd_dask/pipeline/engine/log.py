@@ -84,7 +84,9 @@ def log_file(output: str | os.PathLike[str], log: Log, header: str) -> Iterator[
     error that ends the block closes it (``[failed] ...``)."""
     path = Path(output) / LOG_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8", buffering=1) as f:
+    # not through a link: the lines would land in the link's target
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "a", encoding="utf-8", buffering=1) as f:
 
         def to_file(line: str) -> None:
             f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {line}\n")

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..._version import __version__
 from ...cluster import SPATIAL_OPTIONS
-from ...io.atomic import atomic_copy, atomic_write_bytes, atomic_write_text, remove_path
+from ...io.atomic import atomic_copy, atomic_write_bytes, atomic_write_text
 from ...io.bids import (
     atlas_description,
     atlas_folder,
@@ -34,7 +34,6 @@ from ...io.surface_files import (
     write_label_gifti,
 )
 from ..engine.context import RunContext
-from ..engine.log import Log
 from ..settings.methods import MethodSpec
 from ..stages.blur import chosen_blurs
 from .citations import (
@@ -49,8 +48,11 @@ from .scores import sidecar_sections
 __all__ = ["write_outputs"]
 
 
-def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | None) -> list[Path]:
-    """Write every label file, table, sidecar and figure of the run; return their paths.
+def write_outputs(
+    ctx: RunContext, scores: list[dict[str, Any]], command: str | None, files: list[Path]
+) -> list[Path]:
+    """Write every label file, table, sidecar and figure of the run; return their paths,
+    ``files`` with them added as each is written (a failure leaves in it what was).
 
     ``command`` (the command line, when there is one) goes into
     ``dataset_description.json``.
@@ -60,7 +62,7 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
     cfg, wd, meshes, sizes, A = ctx.cfg, ctx.wd, ctx.meshes, ctx.sizes, ctx.adjacency
     out, splits = cfg.output, list(ctx.splits)
     held_out = bool(cfg.held_out)
-    files = [
+    files += [
         dataset_description(
             out / "dataset_description.json",
             version=__version__,
@@ -68,6 +70,8 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
             readme=derivative_readme(cfg.methods, version=__version__, held_out=held_out),
             source=Path(cfg.bids.root) if cfg.bids is not None else None,
         ),
+        out / ".bidsignore",
+        out / "README.md",
         write_citation(
             out / "CITATION.cff",
             version=__version__,
@@ -165,7 +169,6 @@ def write_outputs(ctx: RunContext, scores: list[dict[str, Any]], command: str | 
             meshes, panels, out / f"parcellations_K{k}.png", title=f"K = {k}", display=display
         )
     )
-    _remove_stale(out, files, ctx.log)
     return files
 
 
@@ -181,32 +184,6 @@ def _copy_surfaces(out: Path, mesh: dict[str, str], template: dict[str, str]) ->
         else:
             copied[hemi] = atomic_copy(mesh[hemi], out / "surfaces" / name)
     return copied
-
-
-def _remove_stale(out: Path, files: list[Path], log: Log) -> None:
-    """Remove label files, atlas descriptions, surfaces and panels an earlier run here
-    wrote for methods, K, splits or meshes this run does not have, and the label files of
-    the earlier layout (``labels/``): left in place, they would read as this run's (and
-    the BIDS validator refuses ``labels/``)."""
-    written = {Path(f).resolve() for f in files}
-    candidates = [
-        *out.glob("tpl-*/anat/*_dseg.*"),
-        *out.glob("atlas-*_description.json"),
-        *out.glob("surfaces/*.surf.gii"),
-        *out.glob("parcellations_K*.png"),
-        *out.glob("labels/*_dseg.*"),
-    ]
-    stale = [p for p in candidates if p.resolve() not in written]
-    for p in sorted(stale):
-        remove_path(p)
-    for folder in (*out.glob("tpl-*/anat"), *out.glob("tpl-*"), out / "labels"):
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-    if stale:
-        log(
-            f"[outputs] removed {len(stale)} file(s) an earlier run wrote for other methods, "
-            f"K or splits (first: {sorted(stale)[0].name})"
-        )
 
 
 #: the look-up table's columns beyond index, name and color, as its sidecar describes them

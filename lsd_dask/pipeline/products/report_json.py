@@ -64,8 +64,9 @@ def write_report(
     }
     report["methods_text"] = methods_text(report, ctx.cfg.methods)
     atomic_write_text(out / "report.json", json.dumps(report, indent=2))
+    files.append(out / "report.json")
     figures = [p for p in files if p.suffix == ".png"]
-    write_report_html(report, out / "report.html", figures)
+    files.append(write_report_html(report, out / "report.html", figures))
     return report
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from lsd_dask.io.bids import find_atlas_folder
+from lsd_dask.io.ownership import OutputRecord
 from lsd_dask.io.surface_files import read_hemisphere, write_func_gifti
 from lsd_dask.pipeline import load_config, run_pipeline
 from lsd_dask.pipeline.engine.workdir import WorkDir
@@ -209,19 +210,16 @@ def test_data_rewritten_with_its_size_and_mtime_kept(folder, tmp_path, identity)
 
 def test_label_files_of_a_dropped_k_are_removed_from_the_output(folder, tmp_path):
     """A second run with other ks leaves no label file of the first run's K behind (it
-    would read as this run's), and says so."""
+    would read as this run's), and says so; the record then lists this run's files."""
     out = tmp_path / "run"
     _run(folder, out, ks=[3, 4])
     assert list(find_atlas_folder(out).glob("*3split1_scale-3_*dseg.label.gii"))
-    # a label file of the earlier layout (labels/) goes too, and its folder with it
-    (out / "labels").mkdir()
-    (out / "labels" / "hemi-L_space-custom_seg-x_den-1_desc-K3split1_dseg.label.gii").touch()
     _, _, logs = _run(folder, out)
     names = [p.name for p in find_atlas_folder(out).iterdir()]
     assert names and not [n for n in names if "scale-3_" in n]
     assert [n for n in names if "4split1_scale-4_" in n]
     assert any("[outputs] removed" in line and "earlier run" in line for line in logs)
-    assert not (out / "labels").exists()
+    assert not [r for r in OutputRecord.read(out).files if "scale-3_" in r]
 
 
 @pytest.mark.parametrize("bad", ["../escaped", "a/b", "", ".hidden", "x" * 65])
