@@ -21,7 +21,14 @@ from pathlib import Path
 
 from .bids import parse_bids_name
 
-__all__ = ["BoldRun", "FILTERS", "confounds_file", "find_bold", "index_func_files"]
+__all__ = [
+    "BoldRun",
+    "FILTERS",
+    "confounds_file",
+    "confounds_files",
+    "find_bold",
+    "index_func_files",
+]
 
 #: the entities a search may filter on (``participant_label`` filters ``sub``), in BIDS
 #: order; any of them may tell one participant's runs apart (``dir-AP`` and ``dir-PA``)
@@ -176,6 +183,16 @@ def confounds_file(bold: str | os.PathLike[str]) -> Path | None:
             if candidate.is_file():
                 return candidate
     return None
+
+
+def confounds_files(bold: str | os.PathLike[str]) -> list[Path]:
+    """The files nilearn's ``load_confounds`` reads beside a BOLD file: the confounds TSV
+    (:func:`confounds_file`) and its JSON sidecar (compcor's components), where present."""
+    tsv = confounds_file(bold)
+    if tsv is None:
+        return []
+    sidecar = tsv.with_suffix(".json")
+    return [tsv, sidecar] if sidecar.is_file() else [tsv]
 
 
 def _same(key: str, label: str | None, wanted: str) -> bool:

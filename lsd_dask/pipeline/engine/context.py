@@ -20,10 +20,11 @@ from ...io.lock import LockSet, WorkLock
 from ...io.ownership import LOCK_NAMES, OutputRecord, check_work_folder, mark_work_folder
 from ...io.storage import Folder, is_local
 from ...io.surface_files import HEMISPHERES
+from ...spin import find_spheres
 from ...surface import Mesh, mesh_adjacency
 from ..settings.config import PipelineConfig
 from .log import LOG_FILE, Log
-from .workdir import WorkDir
+from .workdir import WorkDir, content_digest
 
 __all__ = ["RunContext", "check_writable", "input_paths", "work_lock"]
 
@@ -140,6 +141,21 @@ class RunContext:
     def template(self) -> str | None:
         """The standard mesh the run's meshes are (by their triangles), or None: custom."""
         return identify_template(self.meshes)
+
+    @cached_property
+    def spheres(self) -> dict[str, Any]:
+        """The spheres spin nulls rotate (:func:`~lsd_dask.spin.find_spheres`: ``spheres``,
+        None when there are none, and ``source``), found once per run."""
+        return find_spheres(self.meshes, self.cfg.sphere)
+
+    @property
+    def sphere_digest(self) -> str | None:
+        """The spheres by their content, for the keys of what spins them: a sphere file
+        rewritten in place (renumbered, still a sphere) changes it."""
+        found = self.spheres["spheres"]
+        if found is None:
+            return None
+        return content_digest(np.vstack([found[h] for h in HEMISPHERES]).astype(np.float64))
 
     @cached_property
     def adjacency(self) -> sp.csr_matrix:

@@ -113,13 +113,15 @@ class PipelineConfig:
     spins: int = setting(
         1000, note="spins per parcellation for the held-out measures' z (0: none)", minimum=0
     )
-    #: how a run knows an input file is unchanged: ``stat`` (path, size, mtime) or
-    #: ``content`` (a SHA-1 of its bytes; :mod:`..stages.ingest`)
+    #: how a run knows an input file is unchanged: ``stat`` (path, size, mtime and a SHA-1
+    #: of three 64 KiB blocks: its start, middle and end) or ``content`` (a SHA-1 of its
+    #: bytes; :mod:`..stages.ingest`)
     input_identity: str = setting(
         "stat",
         note=(
-            "stat: an input is unchanged when its size and mtime are; content: a SHA-1 of every "
-            "byte (one more read of the inputs)"
+            "stat: an input is unchanged when its size, mtime and start, middle and end "
+            "blocks are (an edit between them, the mtime put back, is not seen); content: a "
+            "SHA-1 of every byte (one more read of the inputs)"
         ),
     )
     #: the held-out scores to compute: ``splits`` (each split's parcels on the other

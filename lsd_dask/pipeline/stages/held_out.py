@@ -15,7 +15,6 @@ import numpy as np
 
 from ... import evaluation as ev
 from ..._version import __version__
-from ...spin import find_spheres
 from ..engine.context import RunContext
 from ..engine.contract import SPIN_Z_HELP, Column, RowKey, Unit
 from ..engine.workdir import mesh_digest
@@ -69,7 +68,7 @@ def scoring_key(ctx: RunContext) -> dict[str, Any]:
         "spins": cfg.spins,
         "null_sample": [NULL_VERTICES, NULL_PAIRS],
         "random_state": cfg.random_state,
-        "sphere": cfg.sphere,
+        "sphere": ctx.sphere_digest if cfg.spins > 0 else None,
         "lsd_dask": __version__,
     }
 
@@ -133,8 +132,7 @@ class NullSettings:
 
     @classmethod
     def of(cls, ctx: RunContext) -> NullSettings:
-        spheres = find_spheres(ctx.meshes, ctx.cfg.sphere)["spheres"]
-        return cls(spheres, ctx.cfg.spins, ctx.cfg.random_state)
+        return cls(ctx.spheres["spheres"], ctx.cfg.spins, ctx.cfg.random_state)
 
 
 def spin_nulls_from(

@@ -32,6 +32,7 @@ import numpy as np
 from ..._version import __version__
 from ...datasets.templates import medial_wall
 from ...distributed import active_client, show_progress
+from ...io.bids_index import confounds_files
 from ...io.zarr_store import SplitWriter, build_split
 from ...surface import smoothing_steps
 from ..engine.context import RunContext
@@ -226,9 +227,13 @@ def _ingest_key(
             key["mesh"] = [
                 content_digest(m.vertices) + content_digest(m.faces) for m in meshes.values()
             ]
+        identity = file_identity if cfg.input_identity == "stat" else file_content_identity
         if pp.confounds is not None:
-            identity = file_identity if cfg.input_identity == "stat" else file_content_identity
             key["confound_files"] = [identity(pp.confound_path(i)) for i in ids]
+        if pp.denoise is not None:  # fMRIPrep's TSV and its sidecar (compcor's components)
+            key["denoise_files"] = [
+                [identity(f) for f in confounds_files(s.paths[0])] for s in subjects
+            ]
         if pp.band_pass:
             key["t_r"] = [subject_t_r_of(cfg.preprocess, s) for s in subjects]
     return key

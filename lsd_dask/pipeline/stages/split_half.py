@@ -28,7 +28,7 @@ import numpy as np
 from ... import metrics
 from ..._version import __version__
 from ...distributed import active_client, finished
-from ...spin import find_spheres, spin_indices, spin_labels
+from ...spin import spin_indices, spin_labels
 from ...surface import grow_sized_regions, split_connected
 from ..engine.context import RunContext
 from ..engine.contract import SPIN_Z_HELP, Column, RowKey, StageBase, Unit
@@ -89,7 +89,7 @@ class SplitHalfStage(StageBase):
         cfg, wd, splits = ctx.cfg, ctx.wd, list(ctx.splits)
         common = {
             "mesh": mesh_digest(*ctx.kept_mesh()),
-            "sphere": cfg.sphere,
+            "sphere": ctx.sphere_digest if cfg.null_repeats > 0 else None,
             "min_region_size": cfg.min_region_size,
             "null_repeats": cfg.null_repeats,
             "random_state": cfg.random_state,
@@ -140,7 +140,7 @@ class SplitHalfStage(StageBase):
 
     def explain(self, ctx: RunContext) -> dict[str, str]:
         cfg = ctx.cfg
-        sphere = find_spheres(ctx.meshes, cfg.sphere)
+        sphere = ctx.spheres
         n_spins = cfg.null_repeats if sphere["spheres"] is not None else 0
         return explain_scores(
             min_region_size=cfg.min_region_size,
@@ -153,7 +153,7 @@ class SplitHalfStage(StageBase):
 def _spins(ctx: RunContext) -> list[np.ndarray] | None:
     """The spin null's vertex maps (None without a sphere or with ``null_repeats: 0``)."""
     cfg = ctx.cfg
-    spheres = find_spheres(ctx.meshes, cfg.sphere)["spheres"]
+    spheres = ctx.spheres["spheres"]
     if spheres is None or cfg.null_repeats <= 0:
         return None
     return spin_indices(spheres, cfg.null_repeats, random_state=[cfg.random_state, 1])

@@ -174,8 +174,8 @@ def test_changed_data_recomputes_everything(folder, tmp_path):
 @pytest.mark.parametrize("identity", ["stat", "content"])
 def test_data_rewritten_with_its_size_and_mtime_kept(folder, tmp_path, identity):
     """Other data of the same size, the file's mtime put back: ``input_identity: stat``
-    (the default) cannot see it and reuses everything, as documented; ``content`` hashes
-    the bytes and recomputes everything."""
+    (the default) sees it in the blocks it samples (the start, middle and end of each
+    file), ``content`` in the hash of every byte; both recompute everything."""
     import shutil
 
     import nibabel as nib
@@ -200,12 +200,29 @@ def test_data_rewritten_with_its_size_and_mtime_kept(folder, tmp_path, identity)
     os.utime(left, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert left.stat().st_size == stat.st_size
     report, labels, logs = _run(data, out, input_identity=identity)
-    if identity == "stat":
-        assert _recomputed(logs) == set()
-    else:
+    if identity == "content":
         assert any(line.startswith("[ingest] hashing the content of 8 input") for line in logs)
-        assert _recomputed(logs) == {"mask", "ingest", "svd", "cluster"}
-        _same_as_fresh(data, tmp_path, labels, report, input_identity=identity)
+    assert _recomputed(logs) == {"mask", "ingest", "svd", "cluster"}
+    _same_as_fresh(data, tmp_path, labels, report, input_identity=identity)
+
+
+def test_stat_identity_samples_three_blocks_of_a_file(tmp_path):
+    """What ``stat`` sees of a file's content: a byte changed in its first, middle or last
+    block changes the identity; one between them does not (``content`` is for that)."""
+    from lsd_dask.pipeline.engine.workdir import SAMPLE_BYTES, file_identity
+
+    path = tmp_path / "x.bin"
+    data = bytearray(os.urandom(5 * SAMPLE_BYTES))
+    path.write_bytes(data)
+    first = file_identity(path)
+    stat = path.stat()
+    for where, seen in ((10, True), (len(data) // 2, True), (len(data) - 1, True),
+                        (SAMPLE_BYTES + 10, False), (4 * SAMPLE_BYTES - 10, False)):  # fmt: skip
+        changed = bytearray(data)
+        changed[where] ^= 0xFF
+        path.write_bytes(changed)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        assert (file_identity(path) != first) is seen, where
 
 
 def test_label_files_of_a_dropped_k_are_removed_from_the_output(folder, tmp_path):
@@ -363,3 +380,37 @@ def test_a_chunk_damaged_on_disk_fails_its_checksum_and_the_next_run_rebuilds(fo
     assert any("split1.zarr is damaged: failed a checksum" in line for line in logs), logs
     assert "ingest" in _recomputed(logs)
     _same_as_fresh(folder, tmp_path, labels, report)
+
+
+def test_spheres_rewritten_in_place_recompute_what_spins_them(folder, tmp_path):
+    """The ``sphere:`` files rewritten in place (rotated: still spheres, the same size, the
+    mtime put back): the held-out and split-half scores, whose nulls spin on them, are
+    computed again and equal a fresh run's; the fits are not."""
+    import shutil
+
+    from scipy.spatial.transform import Rotation
+
+    from lsd_dask.io.surface_files import load_mesh, write_surface_gifti
+    from lsd_dask.surface import Mesh
+
+    data = tmp_path / "data"
+    shutil.copytree(folder, data)
+    for h in ("lh", "rh"):
+        shutil.copy(data / f"{h}.surf.gii", data / f"{h}.sphere.gii")
+    spheres = {"sphere": {"left": str(data / "lh.sphere.gii"), "right": str(data / "rh.sphere.gii")},
+               "spins": 8}  # fmt: skip
+    out = tmp_path / "run"
+    _run(data, out, **spheres)
+    turn = Rotation.from_euler("xyz", [0.3, -0.5, 0.9]).as_matrix()
+    for h, hemi in (("lh", "left"), ("rh", "right")):
+        path = data / f"{h}.sphere.gii"
+        stat = path.stat()
+        mesh = load_mesh(path)
+        write_surface_gifti(path, Mesh(mesh.vertices @ turn.T, mesh.faces), hemisphere=hemi)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    report, labels, logs = _run(data, out, **spheres)
+    assert _recomputed(logs) == set()  # no fit depends on the spheres
+    assert any(ln.startswith("[evaluate]") and "recomputing" in ln for ln in logs), logs
+    assert any(ln.startswith("[scores]") and "recomputing" in ln for ln in logs), logs
+    fresh, _, _ = _run(data, tmp_path / "fresh", **spheres)
+    assert report["scores"] == fresh["scores"]

@@ -61,3 +61,46 @@ def test_workers_ingest_and_a_vertex_masked_by_the_last_subject_is_dropped(
             ref = (raw - raw.mean(1, keepdims=True)) / raw.std(1, keepdims=True)
             t = st.timepoints[j]
             np.testing.assert_allclose(X[:, j * t : (j + 1) * t], ref, atol=1e-5)
+
+
+def test_an_edited_fmriprep_confounds_file_recomputes_ingest_and_what_follows(tmp_path):
+    """A participant's fMRIPrep confounds TSV edited after a run (``denoise: simple``),
+    its size and mtime put back: the re-run ingests again, and the labels equal a fresh
+    run's on the edited files."""
+    import os
+
+    import pandas as pd
+
+    from lsd_dask.datasets import surface_study
+    from lsd_dask.pipeline import run_pipeline
+    from lsd_dask.surface import two_hemisphere_mesh
+
+    study = surface_study(two_hemisphere_mesh(5, 6, radius=50.0), n_parcels=6,
+                          n_subjects=(2, 2), n_timepoints=40, medial_wall_fraction=0.1,
+                          noise_std=0.7, random_state=6)  # fmt: skip
+    write_study(study, tmp_path / "tree", fmt="fmriprep")
+    settings = {"ks": [3], "methods": ["directional"], "spins": 0, "null_repeats": 1,
+                "min_region_size": 2, "svd": {"method": "randomized", "rank": 10}}  # fmt: skip
+
+    def run(out):
+        cfg = load_config(tmp_path / "tree" / "pipeline.yaml", output=str(out), **settings)
+        assert cfg.preprocess.denoise == {"preset": "simple"}
+        logs: list[str] = []
+        run_pipeline(cfg, log=logs.append)
+        labels = np.load(out / "work" / "labels" / "split1_directional_K3.npy")
+        return labels, logs
+
+    run(tmp_path / "out")
+    tsv = next((tmp_path / "tree").rglob("sub-001_*desc-confounds_timeseries.tsv"))
+    stat = tsv.stat()
+    table = pd.read_csv(tsv, sep="\t")
+    table["csf"] = table["csf"].to_numpy()[::-1]  # the same numbers: the same size
+    table.to_csv(tsv, sep="\t", index=False, na_rep="n/a")
+    os.utime(tsv, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert tsv.stat().st_size == stat.st_size
+    labels, logs = run(tmp_path / "out")
+    assert any(ln.startswith("[ingest] ingest/split1: recomputing") and "denoise_files" in ln
+               for ln in logs), logs  # fmt: skip
+    assert "[ingest] split2 done earlier, skipped" in logs  # its participants' files alone
+    fresh, _ = run(tmp_path / "fresh")
+    np.testing.assert_array_equal(labels, fresh)
