@@ -397,8 +397,8 @@ def test_spheres_rewritten_in_place_recompute_what_spins_them(folder, tmp_path):
     shutil.copytree(folder, data)
     for h in ("lh", "rh"):
         shutil.copy(data / f"{h}.surf.gii", data / f"{h}.sphere.gii")
-    spheres = {"sphere": {"left": str(data / "lh.sphere.gii"), "right": str(data / "rh.sphere.gii")},
-               "spins": 8}  # fmt: skip
+    given = {"left": str(data / "lh.sphere.gii"), "right": str(data / "rh.sphere.gii")}
+    spheres = {"sphere": given, "spins": 8}
     out = tmp_path / "run"
     _run(data, out, **spheres)
     turn = Rotation.from_euler("xyz", [0.3, -0.5, 0.9]).as_matrix()
