@@ -60,6 +60,7 @@ from .storage import Folder, is_local
 
 __all__ = [
     "ColumnBlocks",
+    "DamagedStoreError",
     "SplitStore",
     "SplitWriter",
     "build_split",
@@ -74,6 +75,11 @@ __all__ = [
 #: the store layout this version writes and reads (1: one ``data`` array, before 0.2)
 LAYOUT = 2
 _SUBJECT = "subject"
+
+
+class DamagedStoreError(ValueError):
+    """A stored chunk failed its checksum: the store is marked incomplete
+    (:func:`store_problem` names it), and a pipeline run ingests its split again."""
 
 
 @dataclass(frozen=True)
@@ -183,9 +189,9 @@ class ColumnBlocks:
                         raise
                     where = f"split store {self.path}, array {a.path}"
                     _mark_damaged(self.path, self.storage_options, f"{a.path}: {err}")
-                    raise ValueError(
+                    raise DamagedStoreError(
                         f"{where}: a chunk fails its checksum (damaged since it was written); "
-                        "the next run ingests this split again."
+                        "the store is marked for rebuilding."
                     ) from None
             c0 = c1
         return out

@@ -35,6 +35,7 @@ from .._version import __version__
 from ..distributed import PausedWorkers, active_client, one_blas_thread_beside_workers
 from ..io.lock import LockSet
 from ..io.ownership import OutputRecord
+from ..io.zarr_store import DamagedStoreError
 from . import stages as plan
 from .engine.context import RunContext, input_paths, work_lock
 from .engine.contract import run_stage
@@ -100,10 +101,20 @@ def _run(ctx: RunContext, command: str | None, t_start: float) -> dict[str, Any]
         # workers on this machine own its cores: the client's linear algebra on one thread
         client = active_client()
         with PausedWorkers(client), one_blas_thread_beside_workers(client):
-            for stage in plan.STAGES:
-                t0 = time.perf_counter()
-                if run_stage(stage, ctx):
-                    timings[_TIMING_NAMES.get(stage.name, stage.name)] = time.perf_counter() - t0
+            for attempt in (1, 2):
+                try:
+                    for stage in plan.STAGES:
+                        t0 = time.perf_counter()
+                        if run_stage(stage, ctx):
+                            name = _TIMING_NAMES.get(stage.name, stage.name)
+                            timings[name] = time.perf_counter() - t0
+                    break
+                except DamagedStoreError as err:
+                    # the store is marked incomplete: its ingest unit is no longer current,
+                    # and the stages run again from there in this run
+                    if attempt == 2:
+                        raise
+                    log(f"[work] {err} Ingesting its split again in this run.")
         t0 = time.perf_counter()
         log(f"[outputs] label files, figures and the report into {cfg.output}")
         rows = score_rows(ctx)  # assembled once, for the label files and the report

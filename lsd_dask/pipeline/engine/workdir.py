@@ -225,12 +225,20 @@ class WorkDir:
         return self.folder.join("stamps", name.replace("/", "__") + ".json")
 
     def _read_stamp(self, name: str) -> dict[str, Any] | None:
+        """A unit's stamp, or None when it has none or one that cannot be read (bytes that
+        are not UTF-8 JSON, or JSON of another shape): such a unit is recomputed."""
         path = self._stamp_path(name)
         try:
             stamp = json.loads(self.read_text(path))
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (FileNotFoundError, ValueError):  # UnicodeDecodeError and JSONDecodeError
             return None
-        return stamp if isinstance(stamp, dict) and "fingerprint" in stamp else None
+        if not isinstance(stamp, dict) or not isinstance(stamp.get("fingerprint"), str):
+            return None
+        if not isinstance(stamp.get("outputs", {}), dict) or not isinstance(
+            stamp.get("key", {}), dict
+        ):
+            return None
+        return stamp
 
 
 def fingerprint(key: dict[str, Any]) -> str:
