@@ -297,6 +297,11 @@ def run(
         from .pipeline.settings.bids import read_filter_file
 
         labels = [x for item in participant_labels for x in item.replace(",", " ").split()]
+        if participant_labels and not labels:
+            raise click.UsageError(
+                "--participant-label was given no label (an empty shell variable?); leave "
+                "the option out to run every participant."
+            )
         chosen = read_filter_file(bids_filter_file) if bids_filter_file else {}
         entities = {"task": task, "space": space, "den": den}
         bids = {

@@ -51,8 +51,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         if final.is_dir() and not final.is_symlink():
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as err:
         remove_path(tmp)
+        if isinstance(err, OSError) and err.filename in (None, str(tmp), tmp):
+            # a full disk names no file, or the temporary: name the file being written
+            raise OSError(err.errno, err.strerror or str(err), str(final)) from err
         raise
 
 

@@ -136,6 +136,10 @@ def load_subject(files: SubjectFiles) -> tuple[np.ndarray, list[int]]:
         raise ValueError(
             f"subject {files.subject}: cannot read {where} ({type(err).__name__}: {err})."
         ) from err
+    except ValueError as err:  # a reader's own message names the file; add the subject
+        if str(err).startswith(f"subject {files.subject}:"):
+            raise
+        raise ValueError(f"subject {files.subject}: {err}") from None
     if files.time_slice is not None:
         a, b = files.time_slice
         if not 0 <= a < b <= x.shape[1]:
@@ -218,6 +222,13 @@ def read_hemisphere(path: Path) -> np.ndarray:
         arrays = [np.asarray(d.data) for d in img.darrays]
         if len(arrays) == 1 and arrays[0].ndim == 2:
             return arrays[0].astype(np.float32)
+        shapes = sorted({a.shape for a in arrays})
+        if len(shapes) > 1:  # one array per time point: each over every vertex
+            odd = next(i for i, a in enumerate(arrays) if a.shape != arrays[0].shape)
+            raise ValueError(
+                f"{path}: its data arrays differ in length ({arrays[0].shape[0]} values in "
+                f"the first, {arrays[odd].shape[0] if arrays[odd].ndim else 0} in array {odd})."
+            )
         return np.stack(arrays, axis=1).astype(np.float32)
     data = np.asarray(img.dataobj, dtype=np.float32)
     return data.reshape(data.shape[0], -1)
@@ -278,7 +289,11 @@ def load_mesh(path: str | os.PathLike[str], hemi: str | None = None, what: str =
     tri = img.get_arrays_from_intent("NIFTI_INTENT_TRIANGLE")
     if not pts or not tri:
         raise ValueError(f"{p} is not a GIFTI surface (no pointset and triangle arrays).")
-    return Mesh(np.asarray(pts[0].data, np.float64), np.asarray(tri[0].data, np.int64))
+    where = f"{what}.{hemi} ({p})" if hemi is not None else str(p)
+    try:
+        return Mesh(np.asarray(pts[0].data, np.float64), np.asarray(tri[0].data, np.int64))
+    except ValueError as err:  # faces past the vertices, arrays of the wrong shape
+        raise ValueError(f"{where}: {err}") from None
 
 
 def label_table(

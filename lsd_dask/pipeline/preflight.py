@@ -12,24 +12,26 @@ from typing import Any
 import numpy as np
 
 from ..distributed import active_client
-from ..io.surface_files import HEMISPHERES, load_mesh, vertex_counts
+from ..io.bids_index import confounds_file
+from ..io.surface_files import HEMISPHERES, READERS, load_mesh, vertex_counts
 from ..spin import is_sphere, radii
 from ..surface import Mesh
-from .engine.context import check_writable
+from .engine.context import check_folders
 from .engine.placement import check_worker_memory
 from .settings.atlases import load_atlases
 from .settings.config import PipelineConfig
 from .settings.preprocess import subject_t_r_of
 from .stages import reading
-from .stages.preprocess import read_confounds
+from .stages.preprocess import denoise_confounds, read_confounds
 from .stages.svd import split_rank
 
 __all__ = ["preflight"]
 
 
 def preflight(cfg: PipelineConfig) -> tuple[dict[str, Mesh], list[int]]:
-    """Checks before any heavy work: output writable, files present, meshes match the data."""
-    check_writable(cfg)
+    """Checks before any heavy work: output writable, files present, meshes match the data.
+    Writes nothing (``lsd-dask validate`` is this, and makes no folder)."""
+    check_folders(cfg)
     missing = [str(p) for s in cfg.subjects for p in s.paths if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"{len(missing)} input file(s) missing, first: {missing[0]}")
@@ -118,6 +120,23 @@ def _check_preprocess(cfg: PipelineConfig) -> None:
     """Confound files and columns, and a TR for a band-pass, per subject (headers only)."""
     pp = cfg.preprocess
     for s in cfg.subjects:
+        if s.time_slice is not None:
+            volumes = READERS[s.kind].timepoints(s)
+            if s.time_slice[1] > volumes:
+                raise ValueError(
+                    f"subject {s.subject}: time_slice {list(s.time_slice)} reaches past the "
+                    f"{volumes} time points of {s.paths[0]}."
+                )
+        if pp.denoise is not None:
+            tsv = confounds_file(s.paths[0])
+            if tsv is None:
+                raise FileNotFoundError(
+                    f"subject {s.subject}: preprocess.denoise needs fMRIPrep's confounds file "
+                    f"beside {s.paths[0]} (..._desc-confounds_timeseries.tsv); none is there."
+                )
+            # the strategy's columns, their rows and what scrubbing keeps, read as ingest
+            # will: a small TSV per subject (0.01-0.05 s each)
+            denoise_confounds(s, pp.denoise)
         if pp.confounds is not None:
             path = pp.confound_path(s.subject)
             read_confounds(path, pp.confound_columns, s.subject, time_slice=s.time_slice)

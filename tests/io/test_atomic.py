@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -41,3 +43,16 @@ def test_remove_partials_sweeps_what_a_killed_writer_left(tmp_path):
     keep.mkdir()
     assert sorted(remove_partials(tmp_path)) == sorted(left)
     assert not any(p.exists() for p in left) and keep.exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_a_full_disk_names_the_file_being_written(tmp_path):
+    """A write that runs out of space (Linux's /dev/full answers every write so) fails
+    naming the output, not the temporary or nothing; no temporary is left."""
+    target = tmp_path / "report.json"
+    with pytest.raises(OSError, match=rf"No space left on device: '{target}'"):
+        with atomic_path(target) as tmp:
+            tmp.write_text("partial")
+            with open("/dev/full", "wb") as full:
+                full.write(b"x" * 65536)
+    assert list(tmp_path.iterdir()) == []

@@ -1,4 +1,4 @@
-"""72 bad inputs through ``lsd-dask run``, one case each.
+"""80 bad inputs through ``lsd-dask run``, one case each.
 
 Each case starts from a valid 3 + 3-subject GIFTI study (a CIFTI one for the CIFTI cases),
 breaks one thing and runs the command line. An input that should run, runs: constant
@@ -62,7 +62,7 @@ def templates(tmp_path_factory) -> dict[str, Path]:
     """The valid studies, written once; every case copies one."""
     root = tmp_path_factory.mktemp("bad_inputs")
     out = {}
-    for fmt in ("gifti", "cifti"):
+    for fmt in ("gifti", "cifti", "fmriprep"):
         path = write_study(_study(), root / fmt, fmt=fmt, rank=20)
         raw = yaml.safe_load(path.read_text())
         # no spin nulls: no case is about them, and each would cost a second
@@ -216,6 +216,54 @@ def _python_tag(key: str):
 def _cluster_yaml(text: str):
     def make(d: Path, raw: dict[str, Any]) -> None:
         (d / "cluster.yaml").write_text(text)
+
+    return make
+
+
+def _bad_faces(d: Path, raw: dict[str, Any]) -> None:
+    """A triangle of the left mesh names a vertex past its last."""
+    img = nib.load(str(d / "lh.surf.gii"))
+    img.darrays[1].data[3, 1] = N_LEFT + 5
+    nib.save(img, str(d / "lh.surf.gii"))
+
+
+def _ragged(name: str):
+    """One time point's data array shorter than the others (each array well formed)."""
+
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        img = nib.load(str(d / name))
+        arrays = [a.data for a in img.darrays]
+        arrays[5] = arrays[5][:-3]
+        nib.save(nib.gifti.GiftiImage(meta=img.meta, darrays=[
+            nib.gifti.GiftiDataArray(a, intent="NIFTI_INTENT_TIME_SERIES",
+                                     datatype="NIFTI_TYPE_FLOAT32") for a in arrays
+        ]), str(d / name))  # fmt: skip
+
+    return make
+
+
+def _blank_atlas(d: Path, raw: dict[str, Any]) -> None:
+    """A comparison atlas whose every value is 0."""
+    from lsd_dask.io.surface_files import write_label_gifti
+
+    for hemi, n in (("L", N_LEFT), ("R", N_RIGHT)):
+        name = "left" if hemi == "L" else "right"
+        write_label_gifti(d / f"blank.{hemi}.label.gii", np.zeros(n, int), hemisphere=name)
+    raw["compare_atlases"] = [{"name": "blank", "left": "blank.L.label.gii",
+                               "right": "blank.R.label.gii"}]  # fmt: skip
+
+
+def _confounds(sid: str, change: Callable[[Any], Any] | None):
+    """A participant's fMRIPrep confounds TSV changed (None: removed)."""
+
+    def make(d: Path, raw: dict[str, Any]) -> None:
+        import pandas as pd
+
+        path = d / sid / "func" / f"{sid}_task-rest_desc-confounds_timeseries.tsv"
+        if change is None:
+            path.unlink()
+            return
+        change(pd.read_csv(path, sep="\t")).to_csv(path, sep="\t", index=False, na_rep="n/a")
 
     return make
 
@@ -375,7 +423,24 @@ CASES: dict[int, Case] = {
     70: Case(_set("sub-002", "L", np.nan), args=["--nonfinite", "mask"]),  # as case 2, by flag
     71: Case(args=["--denoise", "ica_aroma"], error=r"ica_aroma needs fMRIPrep's volumetric"),
     72: Case(args=["--denoise", "motion,ica_aroma"], error=r"strategy: ica_aroma needs"),
-}
+    73: Case(
+        _raw(lambda r: r["subjects"][0].update(id="sub-001\n\x1b[31mforged")),
+        error=r"subject id 'sub-001\\n\\x1b\[31mforged': printable characters only",
+    ),
+    74: Case(_bad_faces, error=r"mesh\.left \(.*lh\.surf\.gii\): faces index vertices that"),
+    75: Case(_ragged("sub-002.L.func.gii"),
+             error=r"subject sub-002: .*sub-002\.L\.func\.gii: its data arrays differ in length"),
+    76: Case(_raw(lambda r: r.update(cluster="nope.yaml")),
+             error=r"cluster: the cluster config file .*nope\.yaml does not exist"),
+    77: Case(_blank_atlas, error=r"compare_atlases: .*blank\.L\.label\.gii.* labels no vertex"),
+    78: Case(_confounds("sub-002", lambda t: t.assign(csf="n/a")), fmt="fmriprep",
+             error=r"subject sub-002: .*sub-002_task-rest_desc-confounds_timeseries\.tsv holds "
+             r"n/a or non-numbers in column\(s\) \['csf'\]"),
+    79: Case(_confounds("sub-003", lambda t: t.iloc[:-1]), fmt="fmriprep",
+             error=r"subject sub-003: .*confounds_timeseries\.tsv has 39 rows, .* 40 time points"),
+    80: Case(_confounds("sub-004", None), fmt="fmriprep",
+             error=r"subject sub-004: preprocess\.denoise needs fMRIPrep's confounds file"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("number", sorted(CASES))
@@ -467,3 +532,23 @@ def test_a_file_damaged_past_a_header_read_before_names_subject_and_file(templat
     path.write_bytes(data[: int(len(data) * 0.6)])
     with pytest.raises(ValueError, match=r"subject sub-002: cannot read .*sub-002\.dtseries"):
         load_subject(SubjectFiles.from_keys("sub-002", cifti=path))
+
+
+@pytest.mark.parametrize("number", [41, 73, 74, 76, 77, 78, 79, 80])
+def test_validate_finds_what_run_finds_and_writes_nothing(number, templates, tmp_path):
+    """``lsd-dask validate`` fails on these inputs with the line ``run`` gives (their
+    headers and settings tell), and makes no folder: not the output folder, nor its work
+    folder."""
+    case = CASES[number]
+    d = tmp_path / "study"
+    shutil.copytree(templates[case.fmt], d)
+    raw = yaml.safe_load((d / "pipeline.yaml").read_text())
+    case.make(d, raw)
+    raw["output"] = str(tmp_path / "out")
+    _write_pipeline(d, raw)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = CliRunner().invoke(cli.main, ["validate", str(d / "pipeline.yaml")])
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("Error:")]
+    assert result.exit_code != 0 and len(lines) == 1, result.output
+    assert re.search(case.error, lines[0]), lines[0]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

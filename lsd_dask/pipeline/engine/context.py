@@ -26,7 +26,7 @@ from ..settings.config import PipelineConfig
 from .log import LOG_FILE, Log
 from .workdir import WorkDir, content_digest
 
-__all__ = ["RunContext", "check_writable", "input_paths", "work_lock"]
+__all__ = ["RunContext", "check_folders", "check_writable", "input_paths", "work_lock"]
 
 
 @dataclass
@@ -195,9 +195,7 @@ def work_lock(cfg: PipelineConfig, command: str | None = None, *, adopt: bool = 
         WorkLock(out, command, name=LOCK_NAMES[0], what="output folder"), WorkLock(work, command)
     )
     # nothing is made, in either folder, until both are known to be the run's
-    _check_not_inputs(cfg)
-    _check_output_writable(cfg.output)
-    _check_work_folder(cfg)
+    check_folders(cfg)
     locks.check_free()  # a busy folder says so, not that its new files are not ours
     check_work_folder(work, adopt=adopt)
     record = OutputRecord.read(cfg.output)
@@ -218,6 +216,15 @@ def work_lock(cfg: PipelineConfig, command: str | None = None, *, adopt: bool = 
         locks.release()
         raise
     return locks
+
+
+def check_folders(cfg: PipelineConfig) -> None:
+    """Neither folder holds an input, and both take a write, checked without making
+    either: a probe file in an existing output folder (removed), the permission of the
+    folder it would be made in otherwise; an object-storage work folder a probe object."""
+    _check_not_inputs(cfg)
+    _check_output_writable(cfg.output)
+    _check_work_folder(cfg)
 
 
 def check_writable(cfg: PipelineConfig) -> None:

@@ -132,6 +132,11 @@ def load_atlases(specs: list[AtlasSpec], sizes: list[int]) -> dict[str, np.ndarr
                 f"compare_atlases: {spec.source} labels {found} vertices per hemisphere; the "
                 f"mesh has {list(sizes)}. The atlas must be on the run's mesh."
             )
+        if not np.any(labels > 0):
+            raise ValueError(
+                f"compare_atlases: {spec.source} labels no vertex (every value is 0, the "
+                "background); is it the right file?"
+            )
         out[spec.name] = labels
     return out
 

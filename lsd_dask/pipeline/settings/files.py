@@ -138,7 +138,10 @@ def cluster(v: Any, base: Path) -> str | dict[str, Any] | None:
         return check_cluster_config(v, "cluster")
     text = str(v)
     if text.endswith((".yaml", ".yml")):
-        return str(resolve(text, base))
+        path = resolve(text, base)
+        if not path.is_file():
+            raise FileNotFoundError(f"cluster: the cluster config file {path} does not exist.")
+        return str(path)
     return text
 
 

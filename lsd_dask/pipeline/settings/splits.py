@@ -56,6 +56,14 @@ def check_splits(
     share no subject, no participant and no time point of one file (one line names what
     is wrong)."""
     ids = [s.subject for s in subjects]
+    # an id goes into log lines and file names: a line break or an escape would forge a
+    # log line or colour the console
+    odd = next((i for i in ids if not i.isprintable() or not i.strip()), None)
+    if odd is not None:
+        raise ValueError(
+            f"subject id {odd!r}: printable characters only (no line breaks, tabs or "
+            "escape codes, not blank)."
+        )
     if len(ids) < 2:
         raise ValueError(f"a split-half run needs at least 2 subjects, got {len(ids)}.")
     dup = sorted({i for i in ids if ids.count(i) > 1})

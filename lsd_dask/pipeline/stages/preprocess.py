@@ -114,15 +114,32 @@ def denoise_confounds(
     img: Any = str(s.paths[0]) if s.kind == "cifti" else [str(p) for p in s.paths]
     try:
         with warnings.catch_warnings():
-            # every volume an outlier: said below, in one line naming the subject
+            # every volume an outlier, a column of n/a (scaled by scikit-learn): said below,
+            # in one line naming the subject and the file
             warnings.filterwarnings("ignore", "All volumes were marked", RuntimeWarning)
+            warnings.filterwarnings("ignore", "Mean of empty slice", RuntimeWarning)
+            warnings.filterwarnings("ignore", "Numerical issues were encountered", UserWarning)
             if "preset" in denoise:
                 table, mask = load_confounds_strategy(img, denoise_strategy=denoise["preset"])
             else:
                 table, mask = load_confounds(img, **denoise)
     except (ValueError, FileNotFoundError, KeyError) as err:
         raise ValueError(f"subject {s.subject}: denoising {s.paths[0]}: {err}") from None
+    names = [str(c) for c in getattr(table, "columns", [])]
     table = np.asarray(table, np.float64)
+    where = confounds_file(s.paths[0]) or s.paths[0]
+    finite = np.isfinite(table).all(axis=0)
+    if not finite.all():
+        cols = [n for n, ok in zip(names, finite, strict=False) if not ok][:5]
+        raise ValueError(
+            f"subject {s.subject}: {where} holds n/a or non-numbers in column(s) "
+            f"{cols or 'of the strategy'}; denoising needs a number in every row it uses."
+        )
+    n = timepoint_count(s)
+    if table.shape[0] != n:
+        raise ValueError(
+            f"subject {s.subject}: {where} has {table.shape[0]} rows, {s.paths[0]} {n} time points."
+        )
     if mask is not None and len(mask) < MIN_KEPT * table.shape[0]:
         raise ValueError(
             f"subject {s.subject}: scrubbing keeps {len(mask)} of its {table.shape[0]} volumes "

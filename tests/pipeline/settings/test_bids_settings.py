@@ -111,6 +111,9 @@ def test_bad_bids_input_fails_in_one_line(tree, tmp_path):
     runner = CliRunner()
     res = runner.invoke(cli.main, ["run", "--bids", str(tree), "--participant-label", "099"])
     assert res.exit_code != 0 and "participant label(s) ['099']" in res.output
+    # an empty shell variable is no label, not every participant
+    res = runner.invoke(cli.main, ["run", "--bids", str(tree), "--participant-label", ""])
+    assert res.exit_code != 0 and "--participant-label was given no label" in res.output
     res = runner.invoke(cli.main, ["run", "--bids", str(tree), "--space", "MNI152NLin6Asym"])
     assert res.exit_code != 0 and "spaces are ['fsLR']" in res.output
     res = runner.invoke(cli.main, ["run", "--bids", str(tree), "--denoise", "motion,scrubbing"])
