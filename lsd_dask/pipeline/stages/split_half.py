@@ -173,6 +173,14 @@ def score_pair(
     """Scores of split 1's labels ``a`` against split 2's ``b`` (0 = background)."""
     pa = split_connected(a, adjacency, min_size=min_region_size)
     pb = split_connected(b, adjacency, min_size=min_region_size)
+    if not np.any((pa > 0) & (pb > 0)):
+        largest = [int(np.bincount(split_connected(v, adjacency, min_size=1))[1:].max(initial=0))
+                   for v in (a, b)]  # fmt: skip
+        raise ValueError(
+            f"min_region_size: {min_region_size} leaves the two splits no labelled vertex in "
+            f"common (their largest connected regions: {largest[0]} and {largest[1]} "
+            "vertices); lower min_region_size."
+        )
     dice = metrics.dice_matched(pa, pb, background=0)
     row: dict[str, Any] = {
         "dice": dice.mean,
@@ -237,10 +245,14 @@ def explain_scores(
 
 
 def _dice(pa: np.ndarray, q: np.ndarray) -> float:
+    if not np.any((pa > 0) & (q > 0)):  # a null map that shares no vertex agrees in none
+        return 0.0
     return metrics.dice_matched(pa, q, background=0).mean
 
 
 def _nmi(pa: np.ndarray, q: np.ndarray) -> float:
+    if not np.any((pa > 0) & (q > 0)):
+        return 0.0
     return metrics.nmi(pa, q, background=0)
 
 
