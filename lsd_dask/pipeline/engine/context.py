@@ -269,7 +269,9 @@ def _check_output_writable(out: Path) -> None:
         return
     parent = next((p for p in out.parents if p.exists()), None)
     if out.exists() or parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise PermissionError(f"output folder {out} cannot be made here (is {parent} writable?)")
+        raise PermissionError(
+            f"output folder {out} is not writable: it cannot be made in {parent}."
+        )
 
 
 def _check_not_inputs(cfg: PipelineConfig) -> None:

@@ -227,18 +227,14 @@ class WorkDir:
     def _read_stamp(self, name: str) -> dict[str, Any] | None:
         """A unit's stamp, or None when it has none or one that cannot be read (bytes that
         are not UTF-8 JSON, or JSON of another shape): such a unit is recomputed."""
-        path = self._stamp_path(name)
         try:
-            stamp = json.loads(self.read_text(path))
+            stamp = json.loads(self.read_text(self._stamp_path(name)))
         except (FileNotFoundError, ValueError):  # UnicodeDecodeError and JSONDecodeError
             return None
-        if not isinstance(stamp, dict) or not isinstance(stamp.get("fingerprint"), str):
-            return None
-        if not isinstance(stamp.get("outputs", {}), dict) or not isinstance(
-            stamp.get("key", {}), dict
-        ):
-            return None
-        return stamp
+        shape = {"fingerprint": str, "outputs": dict, "key": dict}
+        ok = isinstance(stamp, dict) and "fingerprint" in stamp
+        ok = ok and all(isinstance(stamp.get(k, t()), t) for k, t in shape.items())
+        return stamp if ok else None
 
 
 def fingerprint(key: dict[str, Any]) -> str:
@@ -304,10 +300,9 @@ SAMPLE_BYTES = 1 << 16
 
 def _sampled_sha1(path: Path, size: int) -> str:
     h = hashlib.sha1()
+    starts = {0, max(0, size // 2 - SAMPLE_BYTES // 2), max(0, size - SAMPLE_BYTES)}
     with open(path, "rb") as f:
-        for start in sorted(
-            {0, max(0, size // 2 - SAMPLE_BYTES // 2), max(0, size - SAMPLE_BYTES)}
-        ):
+        for start in sorted(starts):
             f.seek(start)
             h.update(f.read(SAMPLE_BYTES))
     return h.hexdigest()

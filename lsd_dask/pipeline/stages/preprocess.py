@@ -127,6 +127,12 @@ def denoise_confounds(
         raise ValueError(f"subject {s.subject}: denoising {s.paths[0]}: {err}") from None
     names = [str(c) for c in getattr(table, "columns", [])]
     table = np.asarray(table, np.float64)
+    if mask is not None and len(mask) < MIN_KEPT * table.shape[0]:
+        raise ValueError(
+            f"subject {s.subject}: scrubbing keeps {len(mask)} of its {table.shape[0]} volumes "
+            f"(fewer than {MIN_KEPT:.0%}: it moved too much to be parcellated with the others); "
+            "leave it out with --participant-label, or denoise without scrubbing."
+        )
     where = confounds_file(s.paths[0]) or s.paths[0]
     finite = np.isfinite(table).all(axis=0)
     if not finite.all():
@@ -139,12 +145,6 @@ def denoise_confounds(
     if table.shape[0] != n:
         raise ValueError(
             f"subject {s.subject}: {where} has {table.shape[0]} rows, {s.paths[0]} {n} time points."
-        )
-    if mask is not None and len(mask) < MIN_KEPT * table.shape[0]:
-        raise ValueError(
-            f"subject {s.subject}: scrubbing keeps {len(mask)} of its {table.shape[0]} volumes "
-            f"(fewer than {MIN_KEPT:.0%}: it moved too much to be parcellated with the others); "
-            "leave it out with --participant-label, or denoise without scrubbing."
         )
     return table, None if mask is None else np.asarray(mask, np.int64)
 

@@ -198,6 +198,10 @@ def test_cluster_settings_are_limited_and_paths_relative_to_the_file(folder):
         check_cluster_config({"type": "local", "local": {"n_worker": 2}})
     ok = load_config(_write(folder, cluster={"type": "local", "local": {"n-workers": 1}}))
     assert ok.cluster == {"type": "local", "local": {"n-workers": 1}}
+    with pytest.raises(FileNotFoundError, match=r"cluster config file .*local\.yaml does not"):
+        load_config(_write(folder, cluster="configs/local.yaml"))
+    (folder / "configs").mkdir()
+    (folder / "configs" / "local.yaml").write_text("type: local\n")
     rel = load_config(_write(folder, cluster="configs/local.yaml"))
     assert rel.cluster == str(folder / "configs" / "local.yaml")
 
