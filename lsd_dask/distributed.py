@@ -377,11 +377,12 @@ class ClientPlacement:
         self.client = client
         # one look at the cluster: the groups and their threads stay fixed for the SVD
         self._slots = list(slots) if slots else (worker_threads(client) or None)
+        self._threads = int(sum(client.nthreads().values()))
 
     def threads(self) -> int:
-        if self._slots:
-            return len(self._slots)
-        return max(1, int(sum(self.client.nthreads().values())))
+        # every thread of the cluster, not the share in ``slots``: the groups a pass is
+        # cut into, and so its sums' order, do not depend on which share runs it
+        return max(1, self._threads)
 
     def slots(self) -> list[str] | None:
         return self._slots
@@ -776,6 +777,8 @@ def _workers_share_this_host(client: Client) -> bool:
         workers = client.scheduler_info().get("workers", {})
     except Exception:  # a client that cannot say (closing): leave the threads alone
         return False
+    if any(str(address).startswith("inproc://") for address in workers):
+        return True  # threads of this very process (a LocalCluster with processes: false)
     hosts = {str(w.get("host") or "") for w in workers.values()}
     return bool(hosts & _this_hosts())
 

@@ -55,10 +55,13 @@ class BlockPasses:
         placement: Placement,
     ) -> None:
         n = z.shape[0]
-        # the groups and their worker threads from one look at the cluster
+        # the groups and their worker threads from one look at the cluster: as many groups
+        # as the cluster has threads, whatever share of them this SVD runs on, so that the
+        # sums (and so U, to the last bit) are the same on a share, on every thread, or
+        # without a cluster on a machine of as many cores
         slots = placement.slots()
         self.slots = list(slots) if slots else None
-        threads = len(self.slots) if self.slots else placement.threads()
+        threads = placement.threads()
         bounds = _column_bounds(z, dtype)
         self.spans = _equal_groups(bounds, threads)
         # the sketch reads only the blocks where Ω is not zero (all of them without keep)

@@ -29,12 +29,15 @@ class Placement(Protocol):
     """Where a graph's tasks run and how arrays reach them."""
 
     def threads(self) -> int:
-        """The worker threads the passes are cut for (one group task each)."""
+        """The worker threads the passes are cut for (one group task each): every thread
+        of the cluster (or of this machine), whatever share runs them, so that the groups'
+        sums are the same everywhere."""
         ...
 
     def slots(self) -> Sequence[str] | None:
-        """One worker address per thread (an address may repeat), the i-th group task
-        preferring the i-th; None: the scheduler places every task."""
+        """One worker address per thread of the share the tasks run on (an address may
+        repeat), the i-th group task preferring the i-th modulo their count; None: the
+        scheduler places every task."""
         ...
 
     def pinned(self, slot: str) -> AbstractContextManager[Any]:

@@ -378,3 +378,34 @@ def test_features_u_clusters_the_rows_of_u(tmp_path, study):
     ref = SphericalKMeans(10, random_state=0).fit(unit_rows(np.load(work / "split1_U.npy")))
     got = np.load(work / "labels" / "split1_spherical_kmeans_K10.npy")[kept] - 1
     np.testing.assert_array_equal(got, ref.labels_)
+
+
+def test_the_same_results_whatever_runs_them(tmp_path, write_tiny_study):
+    """One study run by the CLI on its default cluster (worker processes), on a cluster of
+    threads (``processes: false``) and through the Python API without a cluster:
+    ``benchmarks/compare_runs.py`` finds every label file byte for byte and every score
+    the same."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    write_tiny_study(tmp_path / "study", random_state=5)
+    pipeline = tmp_path / "study" / "pipeline.yaml"
+    settings = ["--k", "3", "--k", "5", "--spins", "20", "--rank", "12"]
+    runner = CliRunner()
+    res = runner.invoke(cli.main, ["run", str(pipeline), "--out", str(tmp_path / "procs"),
+                                   *settings])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (tmp_path / "threads.yaml").write_text("type: local\nlocal:\n  processes: false\n")
+    res = runner.invoke(cli.main, ["run", str(pipeline), "--out", str(tmp_path / "threads"),
+                                   "--cluster", str(tmp_path / "threads.yaml"), *settings])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    cfg = load_config(pipeline, output=str(tmp_path / "api"), ks=[3, 5], spins=20,
+                      svd={"rank": 12})  # fmt: skip
+    run_pipeline(cfg, log=lambda line: None)
+    script = Path(__file__).parents[2] / "benchmarks" / "compare_runs.py"
+    for other in ("threads", "api"):
+        out = subprocess.run([sys.executable, str(script), str(tmp_path / "procs"),
+                              str(tmp_path / other)], capture_output=True, text=True)  # fmt: skip
+        assert out.returncode == 0, out.stdout
+        assert re.match(r"\d+ label files and \d+ scores compared; 0 differ", out.stdout)

@@ -97,10 +97,15 @@ def held_out_scores(
     """The measures of ``labels`` (every vertex) on one held-out data set: ``Z`` its
     features on the kept vertices, ``r`` their correlations over ``pairs``; each beside
     ``null``'s spins, when given."""
+    from threadpoolctl import threadpool_limits
+
     lab = labels[kept]
     data = ev.HeldOutData(Z, pairs, r, A, bin_width=BIN_WIDTH_MM)
-    zs = null.z_scores(labels, A) if null is not None else {}
-    return {m.name: _with_null(m.score(data, lab), zs.get(m.name)) for m in ev.MEASURES}
+    # one BLAS thread, as on a Dask worker: a threaded GEMM's last bits follow its thread
+    # count, and the scores must be the same with a cluster, with threads or without one
+    with threadpool_limits(1):
+        zs = null.z_scores(labels, A) if null is not None else {}
+        return {m.name: _with_null(m.score(data, lab), zs.get(m.name)) for m in ev.MEASURES}
 
 
 def log_means(stage: str, what: str, means: dict[str, float | None], log: Any) -> None:
@@ -145,20 +150,23 @@ def spin_nulls_from(
     """:func:`spin_nulls` from its settings (in a task as in this process)."""
     if settings.spheres is None or settings.spins <= 0:
         return {}
+    from threadpoolctl import threadpool_limits
+
     (first, Z), *others = features.items()
-    null = ev.SpinNull(
-        Z,
-        pairs,
-        correlations[first],
-        settings.spheres,
-        kept,
-        n_spins=settings.spins,
-        n_vertices=NULL_VERTICES,
-        n_pairs=NULL_PAIRS,
-        bin_width=BIN_WIDTH_MM,
-        random_state=[settings.random_state, 2],
-    )
-    return {first: null, **{s: null.with_data(Zs, correlations[s]) for s, Zs in others}}
+    with threadpool_limits(1):  # as in held_out_scores: the same bits everywhere
+        null = ev.SpinNull(
+            Z,
+            pairs,
+            correlations[first],
+            settings.spheres,
+            kept,
+            n_spins=settings.spins,
+            n_vertices=NULL_VERTICES,
+            n_pairs=NULL_PAIRS,
+            bin_width=BIN_WIDTH_MM,
+            random_state=[settings.random_state, 2],
+        )
+        return {first: null, **{s: null.with_data(Zs, correlations[s]) for s, Zs in others}}
 
 
 def _with_null(value: float, null: dict[str, Any] | None) -> dict[str, Any]:
