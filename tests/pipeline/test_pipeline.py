@@ -396,9 +396,10 @@ def test_the_same_results_whatever_runs_them(tmp_path, write_tiny_study):
     res = runner.invoke(cli.main, ["run", str(pipeline), "--out", str(tmp_path / "procs"),
                                    *settings])  # fmt: skip
     assert res.exit_code == 0, res.output
-    (tmp_path / "threads.yaml").write_text("type: local\nlocal:\n  processes: false\n")
+    threads = tmp_path / "threads.yaml"
+    threads.write_text("type: local\nlocal:\n  processes: false\n")
     res = runner.invoke(cli.main, ["run", str(pipeline), "--out", str(tmp_path / "threads"),
-                                   "--cluster", str(tmp_path / "threads.yaml"), *settings])  # fmt: skip
+                                   "--cluster", str(threads), *settings])  # fmt: skip
     assert res.exit_code == 0, res.output
     cfg = load_config(pipeline, output=str(tmp_path / "api"), ks=[3, 5], spins=20,
                       svd={"rank": 12})  # fmt: skip
