@@ -164,11 +164,18 @@ class BlockPasses:
         """
         cuts = np.cumsum([0, *self.row_chunks]).tolist()
         blocks = []
-        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-            if len(parts) == 1:  # its rows as they are: no n × l copy to fault in
-                block = delayed(_rows, pure=True)(parts[0], a, b)[0]
-            else:
-                block = delayed(_add_all)([delayed(_rows, pure=True)(p, a, b) for p in parts])
+        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
+            # row block i on the share's i-th thread (modulo): a split's sums, and the QRs
+            # that read them where they are, stay on its own threads
+            with (
+                nullcontext()
+                if self.slots is None
+                else self.placement.pinned(self.slots[i % len(self.slots)])
+            ):
+                if len(parts) == 1:  # its rows as they are: no n × l copy to fault in
+                    block = delayed(_rows, pure=True)(parts[0], a, b)[0]
+                else:
+                    block = delayed(_add_all)([delayed(_rows, pure=True)(p, a, b) for p in parts])
             blocks.append(da.from_delayed(block, (b - a, self.l), dtype=self.dtype))
         return da.concatenate(blocks, axis=0)
 

@@ -35,11 +35,11 @@ def test_the_splits_svds_run_at_once_each_on_a_worker_of_its_own(
 ):
     """split1's first pass waits (in its log line) until split2 has made its own first
     pass, which only a concurrent run can give. On 2 one-thread workers each split's
-    passes run on one worker of its own: one group task a pass (3 passes a split: the
-    sketch and 2 power iterations), 3 on each worker, where sharing both workers made 2
-    a pass. Each split's U and s are bit for bit what the stage gives when that split
-    alone is left to do (a run whose other split is done), and what its SVD alone gives
-    on one worker (either one); they match its SVD on both workers to float32 rounding."""
+    passes run on one worker of its own: two group tasks a pass, one per thread of the
+    cluster (3 passes a split: the sketch and 2 power iterations), 6 on each worker. Each
+    split's U and s are bit for bit what the stage gives when that split alone is left to
+    do (a run whose other split is done), what its SVD alone gives on one worker (either
+    one), and what it gives on both workers: the groups are cut alike in every case."""
     from distributed import get_task_stream
 
     with Client(scheduler_address) as client:
@@ -63,7 +63,7 @@ def test_the_splits_svds_run_at_once_each_on_a_worker_of_its_own(
             assert list(results) == ["svd/split1", "svd/split2"]  # the plan's order
             groups = [t["worker"] for t in ts.data if str(t["key"]).startswith("_group_pass-")]
             workers = sorted(client.nthreads())
-            assert sorted(groups) == sorted(workers * 3), groups
+            assert sorted(groups) == sorted(workers * 6), groups
             together = {
                 s: (ctx.wd.load_npy(ctx.wd.u(s)), ctx.wd.load_npy(ctx.wd.s(s))) for s in ctx.splits
             }
@@ -78,12 +78,9 @@ def test_the_splits_svds_run_at_once_each_on_a_worker_of_its_own(
                 SvdStage()._one(ctx, split, workers=[worker])  # alone, on the other worker
                 np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.u(split)), U)
                 np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.s(split)), s)
-                SvdStage()._one(ctx, split)  # alone, on both workers: other sums' rounding
-                np.testing.assert_allclose(ctx.wd.load_npy(ctx.wd.s(split)), s, rtol=1e-5)
-                both = ctx.wd.load_npy(ctx.wd.u(split)).astype(np.float64)
-                np.testing.assert_allclose(
-                    np.linalg.svd(both.T @ U, compute_uv=False), 1.0, atol=1e-4
-                )
+                SvdStage()._one(ctx, split)  # alone, on both workers: the same sums
+                np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.s(split)), s)
+                np.testing.assert_array_equal(ctx.wd.load_npy(ctx.wd.u(split)), U)
         finally:
             ctx.close()
 
