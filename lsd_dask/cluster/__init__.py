@@ -8,7 +8,7 @@ from .nmf import NMF, SemiNMF
 from .parcellation import SPATIAL_OPTIONS, MeshParcellation, check_spatial_options
 from .sof import SoF
 from .spectral import SpectralClustering
-from .ward import MeshWard, WardMerge, ward_merge
+from .ward import MeshWard, WardMerge, cut_merges, ward_merge
 
 __all__ = [
     "LSD",
@@ -25,6 +25,7 @@ __all__ = [
     "SemiNMF",
     "MeshWard",
     "WardMerge",
+    "cut_merges",
     "ward_merge",
     "MeshParcellation",
     "SPATIAL_OPTIONS",

@@ -37,7 +37,7 @@ from ..linalg.reductions import cluster_sums
 from ._base import ClusterBase, _n_features, eager_labels
 from ._spatial import check_connectivity
 
-__all__ = ["MeshWard", "WardMerge", "ward_merge"]
+__all__ = ["MeshWard", "WardMerge", "cut_merges", "ward_merge"]
 
 
 class MeshWard(ClusterBase):
@@ -195,6 +195,15 @@ class WardMerge(ClusterBase):
         self.n_features_in_ = _n_features(X)
         return self
 
+    def cut(self, n_clusters: int) -> np.ndarray:
+        """The labels at ``n_clusters``, from the fitted K up to the fine fit's clusters,
+        cut from the one merge sequence fitted (:func:`cut_merges`): bit for bit what
+        merging the same fine labels down to that K gives."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "merges_")
+        return cut_merges(self.fine_labels_, self.merges_, n_clusters)
+
 
 def ward_merge(
     X: Array, labels: Any, n_clusters: int, *, connectivity: Any = None
@@ -232,11 +241,52 @@ def ward_merge(
     sizes = np.bincount(lab, minlength=n_fine).astype(np.float64)
     edges = _cluster_edges(lab, n_fine, connectivity, X.shape[0])
     merges, root = _merge(np.asarray(sums, np.float64), sizes, edges, n_clusters)
+    return _relabel(lab, root, sizes), np.asarray(merges, dtype=np.float64).reshape(-1, 3)
+
+
+def cut_merges(labels: Any, merges: np.ndarray, n_clusters: int) -> np.ndarray:
+    """The labels :func:`ward_merge` gives at ``n_clusters``, from the merges it made down
+    to fewer clusters: its merges are greedy and never depend on where they stop, so one
+    merge sequence down to the smallest K holds every larger K's answer, bit for bit.
+
+    Parameters
+    ----------
+    labels : array of shape (n_samples,)
+        The fine labels the merges started from.
+    merges : ndarray of shape (n_merges, 3)
+        :func:`ward_merge`'s merges, (kept id, merged id, cost) in order.
+    n_clusters : int
+        At least the clusters the merges ended with; at most the fine clusters (the
+        labels then come back as they are, renumbered).
+
+    Returns
+    -------
+    ndarray of shape (n_samples,), int64
+        In ``[0, n_clusters)``, numbered as :func:`ward_merge` numbers them.
+    """
+    lab = np.asarray(labels, dtype=np.int64)
+    n_fine = int(lab.max()) + 1 if lab.size else 0
+    sizes = np.bincount(lab, minlength=n_fine).astype(np.float64)
+    alive = int((sizes > 0).sum())
+    steps = alive - int(n_clusters)
+    if steps < 0 or steps > len(merges):
+        raise ValueError(
+            f"n_clusters={n_clusters}: the merges reach from {alive} clusters down to "
+            f"{alive - len(merges)}."
+        )
+    root = np.arange(n_fine)
+    for keep, gone, _ in np.asarray(merges)[:steps]:
+        root[int(gone)] = int(keep)
+    return _relabel(lab, root, sizes)
+
+
+def _relabel(lab: np.ndarray, root: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Each fine cluster's root, numbered 0.. in the order of the roots' ids."""
     keep = np.flatnonzero(sizes > 0)
-    final = np.array([_find(root, c) for c in range(n_fine)], dtype=np.int64)
+    final = np.array([_find(root, c) for c in range(root.size)], dtype=np.int64)
     ids = np.unique(final[keep])
-    out = np.searchsorted(ids, final)[lab]
-    return out.astype(np.int64), np.asarray(merges, dtype=np.float64).reshape(-1, 3)
+    out: np.ndarray = np.searchsorted(ids, final)[lab].astype(np.int64)
+    return out
 
 
 # --------------------------------------------------------------------------- merging

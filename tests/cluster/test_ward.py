@@ -92,6 +92,33 @@ def test_ward_merge_costs_are_the_increases_in_within_sum_of_squares(seed, n_fin
     assert (merges[:, 2] >= 0).all()
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    n_fine=st.integers(2, 16),
+    ks=st.lists(st.integers(1, 16), min_size=2, max_size=4, unique=True),
+    use_mesh=st.booleans(),
+)
+def test_one_merge_sequence_cut_at_each_k_is_each_ks_own_merge(seed, n_fine, ks, use_mesh):
+    """Merged once down to the smallest K, then cut at every K: each cut equals
+    :func:`ward_merge` run down to that K alone, bit for bit (what lets one fine fit serve
+    every K)."""
+    from lsd_dask.cluster import cut_merges
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((64, 3))
+    fine = rng.integers(0, n_fine, 64)
+    A = grid_adjacency(8, 8) if use_mesh else None
+    present = np.unique(fine).size
+    ks = [min(k, present) for k in ks]
+    _, merges = ward_merge(X, fine, min(ks), connectivity=A)
+    for k in ks:
+        np.testing.assert_array_equal(cut_merges(fine, merges, k),
+                                      ward_merge(X, fine, k, connectivity=A)[0])  # fmt: skip
+    with pytest.raises(ValueError, match=r"n_clusters=\d+: the merges reach from"):
+        cut_merges(fine, merges, min(ks) - 1 if min(ks) > 1 else 0)
+
+
 def test_ward_merge_only_merges_touching_clusters_until_none_touch():
     # two separate 4 x 4 grids: clusters merge within a grid first, across them only last
     A = sp.block_diag([grid_adjacency(4, 4), grid_adjacency(4, 4)]).tocsr()
@@ -127,6 +154,12 @@ def test_ward_merge_estimator_fits_oversegment_times_k_and_nests():
     assert ari(truth, est.labels_) > 0.5  # the patches, not noise
     lazy = WardMerge(SphericalKMeans(), 6, oversegment=2.5, connectivity=A, random_state=0)
     np.testing.assert_array_equal(lazy.fit(da.from_array(X, chunks=(200, -1))).labels_, est.labels_)
+    # every K from 6 to the fine 15, cut from the one fit
+    for k in (6, 9, 15):
+        merged, _ = ward_merge(X, est.fine_labels_, k, connectivity=A)
+        np.testing.assert_array_equal(est.cut(k), merged)
+    with pytest.raises(ValueError, match="merges reach from 15 clusters down to 6"):
+        est.cut(5)
 
 
 def test_ward_merge_estimator_needs_an_estimator():
