@@ -158,11 +158,19 @@ def main() -> None:
             timing["shared fine fit and merge (once per split)"].append(
                 (time.perf_counter() - t) / len(shared)
             )
-        methods = [*args.methods, *(["directional_potts_merged_shared"] if shared else [])]
+        variants = ["directional_potts_merged_shared", "directional_potts_shared_refined"]
+        methods = [*args.methods, *(variants if shared else [])]
         for method in methods:
             on = feats if method == "ward_mesh" else blurred  # ward already follows the mesh
             if method == "directional_potts_merged_shared":
                 labs = {s: {method: est.cut(k)} for s, est in shared.items()}
+            elif method == "directional_potts_shared_refined":
+                t = time.perf_counter()
+                labs = {s: {method: _refined(blurred[s], est.cut(k), k, args, A)}
+                        for s, est in shared.items()}  # fmt: skip
+                timing["refine a cut (per split and K)"].append(
+                    (time.perf_counter() - t) / len(labs)
+                )
             else:
                 t = time.perf_counter()
                 labs = {s: fit(method, F, k, args.seed, A, args.spatial_weight,
@@ -214,6 +222,19 @@ def _shared_fit(F: np.ndarray, args: argparse.Namespace, A: Any) -> Any:
         random_state=args.seed,
     )
     return est.fit(F)
+
+
+def _refined(F: np.ndarray, cut: np.ndarray, k: int, args: argparse.Namespace, A: Any) -> Any:
+    """Directional clustering with the Potts term at K, started from a cut of the shared
+    merge: each cut cluster's mean direction as its start."""
+    from lsd_dask import cluster
+
+    sums = np.zeros((k, F.shape[1]))
+    np.add.at(sums, cut, F)
+    start = sums / np.linalg.norm(sums, axis=1, keepdims=True)
+    est = cluster.DirectionalClustering(k, init=start, spatial_weight=args.spatial_weight,
+                                        connectivity=A, random_state=args.seed)  # fmt: skip
+    return est.fit(F).labels_
 
 
 def _kept_and_meshes(args: argparse.Namespace) -> tuple[np.ndarray, dict[str, Any]]:
