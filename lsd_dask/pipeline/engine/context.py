@@ -26,7 +26,7 @@ from ..settings.config import PipelineConfig
 from .log import LOG_FILE, Log
 from .workdir import WorkDir, content_digest
 
-__all__ = ["RunContext", "check_folders", "check_writable", "input_paths", "work_lock"]
+__all__ = ["RunContext", "check_folders", "input_paths", "work_lock"]
 
 
 @dataclass
@@ -207,7 +207,10 @@ def work_lock(cfg: PipelineConfig, command: str | None = None, *, adopt: bool = 
                 f"[run] output folder adopted: {len(adopted)} file(s) no lsd-dask run wrote "
                 f"({shown}{', ...' if len(adopted) > 5 else ''}), kept as they are"
             )
-    check_writable(cfg)
+    try:  # its parent's permission said yes; the file system may still say no
+        cfg.output.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PermissionError(f"output folder {cfg.output} is not writable: {err}") from err
     mark_work_folder(work)
     locks.acquire()
     try:
@@ -227,33 +230,23 @@ def check_folders(cfg: PipelineConfig) -> None:
     _check_work_folder(cfg)
 
 
-def check_writable(cfg: PipelineConfig) -> None:
-    """The output folder (created) and the work folder take a write, or one line says
-    which does not; neither may hold an input (a run writes ``dataset_description.json``,
-    ``.bidsignore`` and ``mask.npy``, which would replace the study's own)."""
-    _check_not_inputs(cfg)
-    out = cfg.output
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as err:
-        raise PermissionError(f"output folder {out} is not writable: {err}") from err
-    _check_work_folder(cfg)
-
-
 def input_paths(cfg: PipelineConfig) -> list[Path]:
     """Every file the run reads, resolved: the subjects', the meshes, spheres and display
     meshes, the comparison atlases' files and the confounds files; a run never removes
     or replaces one, wherever it lives."""
-    inputs = [Path(p) for s in cfg.subjects for p in s.paths] + [Path(p) for p in cfg.mesh.values()]
-    for pair in (cfg.sphere, cfg.display_mesh):
-        inputs += [Path(p) for p in (pair or {}).values()]
+    inputs = _data_and_meshes(cfg)
     inputs += [Path(p) for a in cfg.compare_atlases for p in (a.files or {}).values()]
     if cfg.preprocess.confounds is not None:
         inputs += [cfg.preprocess.confound_path(s.subject) for s in cfg.subjects]
     return [p.resolve() for p in inputs]
+
+
+def _data_and_meshes(cfg: PipelineConfig) -> list[Path]:
+    """The subjects' files and the meshes, spheres and display meshes."""
+    paths = [Path(p) for s in cfg.subjects for p in s.paths]
+    for pair in (cfg.mesh, cfg.sphere, cfg.display_mesh):
+        paths += [Path(p) for p in (pair or {}).values()]
+    return paths
 
 
 def _check_output_writable(out: Path) -> None:
@@ -277,10 +270,7 @@ def _check_output_writable(out: Path) -> None:
 def _check_not_inputs(cfg: PipelineConfig) -> None:
     """Neither folder may hold the data or the meshes (an atlas or a confounds file in the
     output folder is the user's, found by the ownership check)."""
-    given: list[str | Path] = [p for s in cfg.subjects for p in s.paths]
-    for pair in (cfg.mesh, cfg.sphere, cfg.display_mesh):
-        given += list((pair or {}).values())
-    inputs = [Path(p).resolve() for p in given]
+    inputs = [p.resolve() for p in _data_and_meshes(cfg)]
     folders = [("output", cfg.output)]
     if is_local(cfg.work_url):
         folders.append(("work", Path(cfg.work_url.removeprefix("file://"))))
