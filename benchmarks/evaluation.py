@@ -4,6 +4,7 @@
     python benchmarks/evaluation.py --data real --ks 100 200 400
     python benchmarks/evaluation.py --ks 100 200 400 --spatial-weight 1 --oversegment 3 \
         --methods directional_potts_merged --fixed-rank --rank 400 --shared
+        --shared-oversegment 2
 
 Each method (``benchmarks/realistic.py``'s fits, on unit rows of U·Σ at rank max(100, K))
 is fitted on each split, and each split's labels are scored on the **other** split's
@@ -58,6 +59,8 @@ DEFAULT_METHODS = [
     "directional_potts_merged",
 ]
 MEASURES = ("homogeneity", "dcbc", "silhouette")
+#: the --shared variant's name in the tables
+MULTISCALE = "directional_potts_multiscale"
 
 
 def main() -> None:
@@ -83,10 +86,11 @@ def main() -> None:
     ap.add_argument(
         "--shared",
         action="store_true",
-        help="Add directional_potts_merged_shared: one fit per split at --oversegment "
-        "times the largest K, merged once by Ward's linkage on the mesh and cut at every K "
-        "(needs --fixed-rank).",
+        help=f"Add {MULTISCALE}: one fit per split at --shared-oversegment times the "
+        "largest K, merged by Ward's linkage on the mesh and refined at every K, largest "
+        "first (MultiScaleParcellation; needs --fixed-rank).",
     )
+    ap.add_argument("--shared-oversegment", type=float, default=2.0)
     ap.add_argument(
         "--smooth-mm",
         default="0",
@@ -154,23 +158,15 @@ def main() -> None:
         blurred = {s: _smoothed(F, data, blur[s]) for s, F in feats.items()}
         if args.shared and not shared:
             t = time.perf_counter()
-            shared = {s: _shared_fit(F, args, A) for s, F in blurred.items()}
-            timing["shared fine fit and merge (once per split)"].append(
+            shared = {s: _multiscale(F, args, A) for s, F in blurred.items()}
+            timing["multiscale: every K (per split)"].append(
                 (time.perf_counter() - t) / len(shared)
             )
-        variants = ["directional_potts_merged_shared", "directional_potts_shared_refined"]
-        methods = [*args.methods, *(variants if shared else [])]
+        methods = [*args.methods, *([MULTISCALE] if shared else [])]
         for method in methods:
             on = feats if method == "ward_mesh" else blurred  # ward already follows the mesh
-            if method == "directional_potts_merged_shared":
-                labs = {s: {method: est.cut(k)} for s, est in shared.items()}
-            elif method == "directional_potts_shared_refined":
-                t = time.perf_counter()
-                labs = {s: {method: _refined(blurred[s], est.cut(k), k, args, A)}
-                        for s, est in shared.items()}  # fmt: skip
-                timing["refine a cut (per split and K)"].append(
-                    (time.perf_counter() - t) / len(labs)
-                )
+            if method == MULTISCALE:
+                labs = {s: {method: est.labels_[k]} for s, est in shared.items()}
             else:
                 t = time.perf_counter()
                 labs = {s: fit(method, F, k, args.seed, A, args.spatial_weight,
@@ -207,34 +203,16 @@ def main() -> None:
         print(f"| {name} | {np.mean(secs):.2f} |")
 
 
-def _shared_fit(F: np.ndarray, args: argparse.Namespace, A: Any) -> Any:
-    """Directional clustering with the Potts term at ``--oversegment`` × the largest K,
-    merged by Ward's linkage on the mesh down to the smallest K: its ``cut(k)`` gives
-    every K from the one fit."""
+def _multiscale(F: np.ndarray, args: argparse.Namespace, A: Any) -> Any:
+    """Directional clustering with the Potts term, one fine fit at ``--shared-oversegment``
+    × the largest K, merged and refined at every K (:class:`MultiScaleParcellation`)."""
     from lsd_dask import cluster
 
-    k0, k1 = min(args.ks), max(args.ks)
-    est = cluster.WardMerge(
-        cluster.DirectionalClustering(spatial_weight=args.spatial_weight, connectivity=A),
-        k0,
-        oversegment=args.oversegment * k1 / k0,
-        connectivity=A,
-        random_state=args.seed,
-    )
-    return est.fit(F)
-
-
-def _refined(F: np.ndarray, cut: np.ndarray, k: int, args: argparse.Namespace, A: Any) -> Any:
-    """Directional clustering with the Potts term at K, started from a cut of the shared
-    merge: each cut cluster's mean direction as its start."""
-    from lsd_dask import cluster
-
-    sums = np.zeros((k, F.shape[1]))
-    np.add.at(sums, cut, F)
-    start = sums / np.linalg.norm(sums, axis=1, keepdims=True)
-    est = cluster.DirectionalClustering(k, init=start, spatial_weight=args.spatial_weight,
-                                        connectivity=A, random_state=args.seed)  # fmt: skip
-    return est.fit(F).labels_
+    one = cluster.MeshParcellation(
+        cluster.DirectionalClustering(), connectivity=A, spatial_weight=args.spatial_weight,
+        oversegment=args.shared_oversegment, random_state=args.seed,
+    )  # fmt: skip
+    return cluster.MultiScaleParcellation(one, args.ks).fit(F)
 
 
 def _kept_and_meshes(args: argparse.Namespace) -> tuple[np.ndarray, dict[str, Any]]:

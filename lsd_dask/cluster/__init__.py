@@ -4,6 +4,7 @@ from .directional import DirectionalClustering, directional_assign, select_n_clu
 from .hierarchical import HierarchicalLSD
 from .kmeans import KEVD, KMeans, SphericalKMeans
 from .lsd import LSD
+from .multiscale import MultiScaleParcellation
 from .nmf import NMF, SemiNMF
 from .parcellation import SPATIAL_OPTIONS, MeshParcellation, check_spatial_options
 from .sof import SoF
@@ -28,6 +29,7 @@ __all__ = [
     "cut_merges",
     "ward_merge",
     "MeshParcellation",
+    "MultiScaleParcellation",
     "SPATIAL_OPTIONS",
     "check_spatial_options",
 ]

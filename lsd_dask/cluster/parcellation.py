@@ -150,30 +150,14 @@ class MeshParcellation(ClusterBase):
     def fit(self, X: Array, y: object = None) -> MeshParcellation:
         """Blur, fit (and merge), then make parcels contiguous; X is (n_samples, d)."""
         X, k, _ = self._validate_fit(X)
-        if self.estimator is None:
-            raise TypeError("MeshParcellation: estimator is None; give a clustering estimator.")
-        check_spatial_options(self.estimator, self._options())
-        n = X.shape[0]
-        A = None if self.connectivity is None else check_connectivity(self.connectivity, n)
-        active = self._active_options()
-        if A is None and active:
-            raise ValueError(
-                f"MeshParcellation: the spatial options {sorted(active)} need connectivity "
-                "(the mesh adjacency)."
-            )
-        F, self.smoothing_steps_ = self._blurred(X, A)
+        F, A = self._prepare(X)
         est = self._inner(k, A)
         est.fit(F)
-        labels = eager_labels(est.labels_)
-        if self.contiguous:
-            labels = contiguous_parcels(labels, A, min_size=self.min_region_size, features=F) - 1
-        if self.min_parcel_size > 1:
-            labels = merge_small_regions(labels, A, min_size=self.min_parcel_size, features=F) - 1
         self.estimator_ = est
         if hasattr(est, "n_iter_"):  # the inner fit's iterations (the pipeline logs them)
             self.n_iter_ = est.n_iter_
-        self.labels_ = labels.astype(np.int64)
-        self.n_clusters_ = int(labels.max()) + 1 if labels.size else 0
+        self.labels_ = self._finish(eager_labels(est.labels_), F, A)
+        self.n_clusters_ = int(self.labels_.max()) + 1 if self.labels_.size else 0
         self.n_features_in_ = _n_features(X)
         return self
 
@@ -192,6 +176,31 @@ class MeshParcellation(ClusterBase):
         """The spatial options set away from their defaults (each needs the mesh)."""
         return {k: v for k, v in self._options().items() if v != SPATIAL_OPTIONS[k]}
 
+    def _prepare(self, X: Array) -> tuple[Any, sp.csr_matrix | None]:
+        """The checked options and mesh, and the features to cluster (blurred where
+        asked; ``smoothing_steps_`` set)."""
+        if self.estimator is None:
+            raise TypeError("MeshParcellation: estimator is None; give a clustering estimator.")
+        check_spatial_options(self.estimator, self._options())
+        n = X.shape[0]
+        A = None if self.connectivity is None else check_connectivity(self.connectivity, n)
+        active = self._active_options()
+        if A is None and active:
+            raise ValueError(
+                f"MeshParcellation: the spatial options {sorted(active)} need connectivity "
+                "(the mesh adjacency)."
+            )
+        F, self.smoothing_steps_ = self._blurred(X, A)
+        return F, A
+
+    def _finish(self, labels: np.ndarray, F: Any, A: sp.csr_matrix | None) -> np.ndarray:
+        """The contiguity step and the size floor on a fit's labels (int64 from 0)."""
+        if self.contiguous:
+            labels = contiguous_parcels(labels, A, min_size=self.min_region_size, features=F) - 1
+        if self.min_parcel_size > 1:
+            labels = merge_small_regions(labels, A, min_size=self.min_parcel_size, features=F) - 1
+        return np.asarray(labels, np.int64)
+
     def _blurred(self, X: Array, A: sp.csr_matrix | None) -> tuple[Any, int]:
         if self.feature_smoothing_mm == 0:
             return X, 0
@@ -204,8 +213,9 @@ class MeshParcellation(ClusterBase):
         steps = smoothing_steps(self.vertices, A, float(self.feature_smoothing_mm))
         return persisted(unit_rows(smooth_on_mesh(X, A, n_iter=steps))), steps
 
-    def _inner(self, k: int, A: sp.csr_matrix | None) -> Any:
-        """The wrapped estimator, cloned and given K, the mesh and the Potts weight."""
+    def _inner(self, k: int, A: sp.csr_matrix | None, *, merged: bool = True) -> Any:
+        """The wrapped estimator, cloned and given K, the mesh and the Potts weight; in a
+        :class:`WardMerge` where ``oversegment`` > 1 (unless not ``merged``)."""
         est = clone(self.estimator)
         params = est.get_params()
         update: dict[str, Any] = {}
@@ -217,7 +227,7 @@ class MeshParcellation(ClusterBase):
         elif "connectivity" in params and A is not None:
             update["connectivity"] = A
         est.set_params(**update)
-        if self.oversegment > 1:
+        if merged and self.oversegment > 1:
             return WardMerge(
                 est, k, oversegment=self.oversegment, connectivity=A,
                 random_state=self.random_state,

@@ -27,10 +27,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...cluster import SPATIAL_OPTIONS, MeshParcellation, check_spatial_options
+from ...cluster import (
+    SPATIAL_OPTIONS,
+    MeshParcellation,
+    check_spatial_options,
+)
+from ...cluster.multiscale import refines
 
 __all__ = [
     "AUTO",
+    "FINE_FITS",
     "DEFAULT_METHOD",
     "METHODS",
     "VARIANT_KEYS",
@@ -41,6 +47,12 @@ __all__ = [
     "numbers",
     "parse_methods",
 ]
+
+#: how a variant with ``oversegment`` > 1 makes its fine clusters: ``shared``, one fine fit
+#: per split at ``oversegment`` × the largest K, merged and refined at every K, largest
+#: first (:class:`~lsd_dask.cluster.MultiScaleParcellation`); ``per_k``, a fine fit at
+#: ``oversegment`` × K for each K, merged to K
+FINE_FITS = ("shared", "per_k")
 
 #: the value of ``feature_smoothing_mm`` that lets each split's data choose the blur (the
 #: blur stage resolves it to a number per split before any fit)
@@ -131,12 +143,21 @@ class MethodSpec:
     options : dict
         :class:`~lsd_dask.cluster.MeshParcellation`'s spatial options, every one present;
         ``feature_smoothing_mm`` may be :data:`AUTO` (the blur stage resolves it).
+    fine_fit : {"shared", "per_k"}
+        One of :data:`FINE_FITS`: ``shared`` only with ``oversegment`` > 1 and a method
+        that starts from given centres.
     """
 
     name: str
     method: str
     features: str = "us"
     options: dict[str, Any] = field(default_factory=lambda: dict(SPATIAL_OPTIONS))
+    fine_fit: str = "per_k"
+
+    @property
+    def shared(self) -> bool:
+        """Whether one fine fit per split serves every K."""
+        return self.fine_fit == "shared"
 
     @property
     def auto_blur(self) -> bool:
@@ -174,7 +195,10 @@ class MethodSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """As a pipeline file writes a variant (the report's ``config.methods``)."""
-        return {"name": self.name, "method": self.method, **self.options, "features": self.features}
+        return {
+            "name": self.name, "method": self.method, **self.options,
+            "features": self.features, "fine_fit": self.fine_fit,
+        }  # fmt: skip
 
 
 def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
@@ -216,7 +240,8 @@ def parse_methods(raw: Any, defaults: dict[str, Any]) -> list[MethodSpec]:
         features = entry.get("features") or defaults.get("features") or METHODS[method].features
         if features not in ("us", "u"):
             raise ValueError(f"methods[{i}].features: 'us' (U·Σ) or 'u' (U), got {features!r}.")
-        specs.append(MethodSpec(name, method, features, numbers(options)))
+        fine_fit = _fine_fit(entry, options, base, f"methods[{i}].")
+        specs.append(MethodSpec(name, method, features, numbers(options), fine_fit))
     names = [s.name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -239,8 +264,23 @@ def check_options(options: dict[str, Any], where: str = "", estimator: Any = Non
         raise ValueError(f"{where}{text}") from None
 
 
-#: the keys of a variant: its name, method and features, and every spatial option
-VARIANT_KEYS = {"name", "method", "features", *SPATIAL_OPTIONS}
+#: the keys of a variant: its name, method, features and fine fit, and every spatial option
+VARIANT_KEYS = {"name", "method", "features", "fine_fit", *SPATIAL_OPTIONS}
+
+
+def _fine_fit(entry: dict[str, Any], options: dict[str, Any], base: Any, where: str) -> str:
+    """A variant's ``fine_fit``: as given (checked), else ``shared`` wherever it can be
+    (``oversegment`` > 1, a method that starts from given centres)."""
+    can = float(options["oversegment"]) > 1 and refines(base)
+    given = entry.get("fine_fit")
+    if given is None:
+        return "shared" if can else "per_k"
+    if given not in FINE_FITS:
+        raise ValueError(f"{where}fine_fit: one of {list(FINE_FITS)}, got {given!r}.")
+    if given == "shared" and not can:
+        why = "oversegment > 1" if float(options["oversegment"]) <= 1 else "a method with init"
+        raise ValueError(f"{where}fine_fit: 'shared' needs {why}.")
+    return str(given)
 
 
 def numbers(options: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,8 @@ Where a fit runs depends on the features' size and on the cluster:
   Where there are at least as many K and splits as worker threads, a split's fits at one
   K share a task, so that the methods that seed alike make their k-means++ start once
   (:func:`~lsd_dask.cluster._init.shared_starts`); where the threads stay as busy, its
-  fits at every K whose starts share their centres do (:func:`_batches`).
+  fits at every K whose starts share their centres do (:func:`.fits.task_batches`); a
+  ``fine_fit: shared`` variant's K's on a split are one task (:func:`.fits.in_batches`).
 - **a Dask graph per fit** (features too large for a worker): the features are scattered
   as row blocks once and every iteration is a graph over them, one fit after another.
 - **in this process**: numpy when the features are small (whatever the scheduler), else
@@ -23,17 +24,15 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import dask
 import numpy as np
 import scipy.sparse as sp
 
 from ..._version import __version__
 from ...cluster import MeshParcellation
-from ...cluster._init import seeding_candidates, shared_starts
-from ...distributed import active_client, finished, task_location
+from ...cluster._init import shared_starts
+from ...distributed import active_client, finished
 from ..engine import placement
 from ..engine.context import RunContext
 from ..engine.contract import StageBase, Unit
@@ -41,15 +40,18 @@ from ..engine.log import Log, bar
 from ..engine.workdir import WorkDir, content_digest
 from ..settings.methods import MethodSpec
 from .blur import chosen_blurs
+from .fits import (
+    Batch,
+    FitJob,
+    fit_batch,
+    fit_name,
+    fitted_line,
+    in_batches,
+    task_batches,
+)
 from .svd import split_features, task_features
 
-__all__ = [
-    "ClusterStage",
-    "FitJob",
-    "estimator_key",
-    "fit_job",
-    "fit_labels",
-]
+__all__ = ["ClusterStage", "estimator_key", "fit_job", "split_estimator"]
 
 
 class ClusterStage(StageBase):
@@ -72,7 +74,7 @@ class ClusterStage(StageBase):
             ),
             key=lambda j: (splits.index(j.split), j.spec.features),
         )
-        return [Unit(j.stage, j.key, [j.path], label=_fit_name(j), item=j) for j in jobs]
+        return [Unit(j.stage, j.key, [j.path], label=fit_name(j), item=j) for j in jobs]
 
     def load(self, ctx: RunContext, unit: Unit) -> None:
         return None
@@ -84,39 +86,24 @@ class ClusterStage(StageBase):
         client = active_client()
         U = wd.load_npy(wd.u(jobs[0].split), mmap=True)
         if client is not None and placement.features_on_workers(client, U.nbytes):
-            for j, _out in _fit_as_tasks(client, jobs, kept, wd, log):
+            for j, _out in _fit_as_tasks(client, jobs, list(ctx.cfg.ks), kept, wd, log):
                 yield by_job[id(j)], None
             return
         features: dict[Any, Any] = {}
         starts: OrderedDict[Any, Any] = OrderedDict()  # alike starts made once (every K)
-        started = time.monotonic()
-        for i, j in enumerate(jobs, 1):
-            log(f"[cluster] {bar(i - 1, len(jobs), started=started)} next: {_fit_name(j)}")
+        started, i = time.monotonic(), 0
+        for batch in in_batches(jobs, ctx.cfg.ks):
+            j = batch.jobs[0]
+            log(f"[cluster] {bar(i, len(jobs), started=started)} next: {batch.name}")
             if j.which not in features:
                 features.clear()  # one set of features in memory at a time (jobs in order)
                 features[j.which] = split_features(wd, j.split, j.spec.features)
             with shared_starts(starts):
-                out = fit_labels(j.est, features[j.which], kept)
-            _save(wd, j, out, log, bar(i, len(jobs), started=started))
-            yield by_job[id(j)], None
-
-
-@dataclass
-class FitJob:
-    """One fit: its estimator, and where its labels and stamp go."""
-
-    split: str
-    spec: MethodSpec
-    k: int
-    est: MeshParcellation
-    key: dict[str, Any]
-    path: str
-    stage: str
-
-    @property
-    def which(self) -> tuple[str, str]:
-        """The features it needs: split and kind."""
-        return (self.split, self.spec.features)
+                outs = batch.run(features[j.which], kept)
+            for job, out in zip(batch.jobs, outs, strict=True):
+                i += 1
+                _save(wd, job, out, log, bar(i, len(jobs), started=started))
+                yield by_job[id(job)], None
 
 
 def split_estimator(
@@ -160,6 +147,8 @@ def fit_job(
         "params": estimator_key(est),
         "lsd_dask": __version__,
     }
+    if spec.shared:  # K's labels come down from the run's larger K's (MultiScaleParcellation)
+        key["fine_fit"] = {"shared": sorted((x for x in ctx.cfg.ks if x >= k), reverse=True)}
     stage = f"cluster/{split}/{spec.name}/K{k}"
     return FitJob(split, spec, k, est, key, wd.labels(split, spec.name, k), stage)
 
@@ -174,30 +163,8 @@ def estimator_key(est: Any) -> dict[str, Any]:
     }
 
 
-def fit_labels(est: MeshParcellation, F: Any, kept: np.ndarray) -> dict[str, Any]:
-    """Fit, then the labels on the full surface (0 on masked vertices), with the fit's
-    seconds, iterations, parcels, blur steps and where it ran; runs anywhere."""
-    t0 = time.perf_counter()
-    where = task_location()
-    # inside a worker, any graph an estimator builds runs right here: sent to the cluster,
-    # it would wait for worker threads that the fits themselves hold
-    with dask.config.set(scheduler="sync" if where != "client" else None):
-        est.fit(F)
-    full = np.zeros(kept.size, np.int32)
-    full[kept] = est.labels_ + 1  # numpy, whatever the features (the labels_ policy)
-    n_iter = getattr(est, "n_iter_", None)
-    return {
-        "labels": full,
-        "seconds": time.perf_counter() - t0,
-        "n_iter": int(n_iter) if isinstance(n_iter, (int, np.integer)) else None,
-        "n_parcels": est.n_clusters_ if est.contiguous else None,
-        "blur_steps": est.smoothing_steps_,
-        "where": where,
-    }
-
-
 def _fit_as_tasks(
-    client: Any, todo: list[FitJob], kept: np.ndarray, wd: WorkDir, log: Log
+    client: Any, todo: list[FitJob], ks: list[int], kept: np.ndarray, wd: WorkDir, log: Log
 ) -> Iterator[tuple[FitJob, dict[str, Any]]]:
     """Every fit as one task; each features set loaded by a worker, then copied to all.
     Yields each fit as it finishes, its labels saved."""
@@ -211,24 +178,27 @@ def _fit_as_tasks(
             )  # fmt: skip
     # on every worker: fits then go wherever a thread is free
     client.replicate(list(loads.values()))
-    batches = _batches(todo, sum(client.nthreads().values()))
+    plain = [j for j in todo if not j.spec.shared]
+    batches = [
+        *(Batch(b) for b in task_batches(plain, sum(client.nthreads().values()))),
+        *(b for b in in_batches(todo, ks) if b.every_k is not None),
+    ]
     # a task of several fits tells each fit but its last as it ends (the last one's line
     # comes with the task's labels): on a topic of this stage's own
     topic = f"lsd-dask-fits-{uuid.uuid4().hex}"
-    client.subscribe_topic(topic, lambda event: log(_fitted_line(event[1])))
+    client.subscribe_topic(topic, lambda event: log(fitted_line(event[1])))
     futures = {}
     # largest K first, over all splits: the long fits start early and the short ones fill
     # the threads at the end (longest-first scheduling; a fit's cost grows with K). In that
     # order too, as an idle worker starts the first fit it is sent before the rest arrive
-    for batch in sorted(batches, key=lambda b: -b[0].k):
-        j = batch[0]
-        names = "-".join(b.spec.name for b in batch)
+    for batch in sorted(batches, key=lambda b: -b.jobs[0].k):
+        j = batch.jobs[0]
+        names = "-".join(b.spec.name for b in batch.jobs)
         key = f"fit_labels-{j.split}-{names}-K{j.k}-{uuid.uuid4().hex}"
         fit = client.submit(
-            _fit_batch, [b.est for b in batch], loads[j.which], shared_kept,
-            [_fit_name(b) for b in batch], topic, key=key, priority=j.k,
-        )  # fmt: skip
-        futures[fit] = batch
+            fit_batch, batch, loads[j.which], shared_kept, topic, key=key, priority=j.k
+        )
+        futures[fit] = batch.jobs
     loads.clear()  # the fits hold the features; they are released as the fits finish
     log(f"[cluster] {len(todo)} fits as {len(futures)} tasks on {len(client.nthreads())} workers")
     i, started = 0, time.monotonic()
@@ -242,89 +212,16 @@ def _fit_as_tasks(
         client.unsubscribe_topic(topic)
 
 
-def _batches(todo: list[FitJob], threads: int) -> list[list[FitJob]]:
-    """The fits grouped into tasks, each task's largest K first.
-
-    Grouped, the fits of a task on one set of features share their k-means++ starts
-    (:func:`~lsd_dask.cluster._init.shared_starts`): the methods that seed alike at one
-    K, and every K whose start draws as many candidates a centre (7 for K = 149…403), whose
-    starts are the first K centres of one. So a split's fits go in one task per number of
-    candidates where no task then costs more than a thread's share of the stage (its
-    fits' seeded K, summed, as the cost: the products and the start grow with K);
-    else in one task per K where there are at least as many of those as worker threads;
-    else one task per fit, so that no thread waits.
-    """
-
-    def grouped(key: Any) -> list[list[FitJob]]:
-        groups: dict[Any, list[FitJob]] = {}
-        for j in todo:
-            groups.setdefault(key(j), []).append(j)
-        return [sorted(g, key=lambda j: -j.k) for g in groups.values()]
-
-    by_start = grouped(lambda j: (j.which, seeding_candidates(_seeded_k(j))))
-    share = sum(_seeded_k(j) for j in todo) / max(threads, 1)
-    if len(by_start) >= threads and max(sum(map(_seeded_k, g)) for g in by_start) <= share:
-        return by_start
-    by_k = grouped(lambda j: (j.which, j.k))
-    if len(by_k) < threads:
-        return [[j] for j in todo]
-    return by_k
-
-
-def _seeded_k(j: FitJob) -> int:
-    """The clusters a fit seeds: K, or the oversegmented fit's ``ceil(oversegment × K)``."""
-    return int(np.ceil(float(getattr(j.est, "oversegment", 1.0)) * j.k))
-
-
-def _fit_batch(
-    ests: list[MeshParcellation], F: Any, kept: np.ndarray, names: list[str], topic: str
-) -> list[dict[str, Any]]:
-    """:func:`fit_labels` of each estimator on the same features, one after another, each
-    k-means++ start made once (a worker's task). Each fit but the last is told on
-    ``topic`` as it ends (``names``: the fits' names), for the client's log."""
-    outs = []
-    with shared_starts():
-        for i, est in enumerate(ests):
-            outs.append(fit_labels(est, F, kept))
-            if i + 1 < len(ests):
-                _tell(topic, names[i], outs[-1])
-    return outs
-
-
-def _tell(topic: str, name: str, out: dict[str, Any]) -> None:
-    """A fit's end, as an event on ``topic`` (from a worker; nothing elsewhere)."""
-    from distributed import get_worker
-
-    try:
-        worker = get_worker()
-    except ValueError:
-        return
-    worker.log_event(
-        topic,
-        {"fit": name, "seconds": out["seconds"], "n_iter": out["n_iter"], "where": out["where"]},
-    )
-
-
-def _fit_name(j: FitJob) -> str:
-    """How the log names a fit: ``split1 directional K=100``."""
-    return f"{j.split} {j.spec.name} K={j.k}"
-
-
-def _fitted_line(msg: dict[str, Any]) -> str:
-    """The log line of a fit told by its task before the task's end."""
-    iters = f", {msg['n_iter']} iterations" if msg.get("n_iter") is not None else ""
-    return (
-        f"[cluster] fitted {msg['fit']}: {msg['seconds']:.1f} s{iters} ({msg['where']}); "
-        "saved with the rest of its task"
-    )
-
-
 def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) -> None:
     wd.save_npy(j.path, out["labels"])
     wd.record(j.stage, j.key, [j.path])
     iters = f", {out['n_iter']} iterations" if out["n_iter"] is not None else ""
     parcels = f", {out['n_parcels']} contiguous parcels" if out["n_parcels"] else ""
     where = f" ({out['where']})" if out["where"] != "client" else ""
+    if out.get("fine"):
+        parcels += f", from a fine fit at {out['fine']} clusters"
+    elif j.spec.shared:
+        parcels += ", from the K above"
     blur = ""
     if out["blur_steps"]:
         chosen = ", chosen by the data" if j.spec.auto_blur else ""
@@ -332,4 +229,4 @@ def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) 
             f", features blurred by {j.est.feature_smoothing_mm:g} mm "
             f"({out['blur_steps']} steps{chosen})"
         )
-    log(f"[cluster] {progress} {_fit_name(j)}: {out['seconds']:.1f} s{iters}{parcels}{blur}{where}")
+    log(f"[cluster] {progress} {fit_name(j)}: {out['seconds']:.1f} s{iters}{parcels}{blur}{where}")

@@ -39,7 +39,8 @@ from ...io.zarr_store import open_split
 from ..engine.context import RunContext
 from ..engine.contract import Column, RowKey, StageBase, Unit
 from ..engine.log import prefixed
-from .cluster import estimator_key, fit_labels, split_estimator
+from .cluster import estimator_key, split_estimator
+from .fits import fit_labels
 from .held_out import (
     held_out_scores,
     load_result,

@@ -80,15 +80,16 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
             "results", f"tasks-{as_tasks}")]  # fmt: skip
         assert json.loads(chosen[0])["fwhm_mm"] == json.loads(chosen[1])["fwhm_mm"]
     if as_tasks:
-        # a task per split, K and kind of features (U·Σ: four methods; U: hierarchical
+        # a task per split, K and kind of features (U·Σ: three methods; U: hierarchical
         # LSD): 8 such groups, at least the 2 worker threads, so each is one task and the
-        # methods that seed alike seed once (their labels are compared below)
-        assert any("20 fits as 8 tasks on 2 workers" in ln for ln in lines)
+        # methods that seed alike seed once (their labels are compared below); and the
+        # Ward-merged variant's one fine fit per split serves both K in one task
+        assert any("20 fits as 10 tasks on 2 workers" in ln for ln in lines)
         assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in fitted} <= workers
         # each fit of a task but its last is told as it ends, before its task's labels
-        # come back: 20 fits in 8 tasks, 12 lines, each before that fit's saved line
+        # come back: 16 such fits in 8 tasks, 8 lines, each before that fit's saved line
         told = [ln for ln in lines if ln.startswith("[cluster] fitted ")]
-        assert len(told) == 12, told
+        assert len(told) == 8, told
         for ln in told:
             name = ln.removeprefix("[cluster] fitted ").split(":")[0]
             saved = [i for i, s in enumerate(lines) if s in fitted and f" {name}: " in s]
@@ -103,7 +104,7 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
                 start = min(s["start"] for s in t["startstops"] if s["action"] == "compute")
                 k = int(re.search(r"-K(\d+)-", key).group(1))
                 started.setdefault(t["worker"], []).append((start, k))
-        assert sum(map(len, started.values())) == 8
+        assert sum(map(len, started.values())) == 10
         assert len(started) == 2
         for order in started.values():
             assert min(order)[1] == max(cfg.ks), sorted(order)
@@ -136,7 +137,7 @@ def test_fits_share_a_task_only_where_the_groups_fill_the_threads():
     least as many such groups as worker threads; with fewer, each fit is a task, so no
     thread waits while another runs two fits in turn."""
     from lsd_dask.pipeline.settings.methods import MethodSpec
-    from lsd_dask.pipeline.stages.cluster import FitJob, _batches
+    from lsd_dask.pipeline.stages.fits import FitJob, task_batches
 
     specs = [
         MethodSpec("a", "directional", "us", {}),
@@ -149,13 +150,13 @@ def test_fits_share_a_task_only_where_the_groups_fill_the_threads():
         for spec in specs
         for k in (50, 100)
     ]
-    grouped = _batches(jobs, threads=8)
+    grouped = task_batches(jobs, threads=8)
     assert len(grouped) == 8  # 2 splits × 2 K × 2 kinds of features
     for batch in grouped:
         assert len({(j.split, j.spec.features, j.k) for j in batch}) == 1
     assert sorted(len(b) for b in grouped) == [1, 1, 1, 1, 2, 2, 2, 2]
     assert sorted(id(j) for b in grouped for j in b) == sorted(map(id, jobs))
-    assert _batches(jobs, threads=9) == [[j] for j in jobs]
+    assert task_batches(jobs, threads=9) == [[j] for j in jobs]
 
 
 def test_fits_whose_starts_share_centres_share_a_task_where_the_threads_stay_busy():
@@ -164,7 +165,7 @@ def test_fits_whose_starts_share_centres_share_a_task_where_the_threads_stay_bus
     task, largest K first, where no task then costs more than a thread's share (seeded K
     summed); else a task per K; else per fit."""
     from lsd_dask.pipeline.settings.methods import MethodSpec
-    from lsd_dask.pipeline.stages.cluster import FitJob, _batches
+    from lsd_dask.pipeline.stages.fits import FitJob, task_batches
 
     specs = [
         MethodSpec("a", "directional", "us", {}),
@@ -177,7 +178,7 @@ def test_fits_whose_starts_share_centres_share_a_task_where_the_threads_stay_bus
         for spec in specs
         for k in (50, 200, 300, 400)
     ]
-    grouped = _batches(jobs, threads=2)
+    grouped = task_batches(jobs, threads=2)
     assert len(grouped) == 8  # 2 splits × 2 kinds of features × 2 candidate counts
     for batch in grouped:
         assert len({(j.split, j.spec.features, j.k == 50) for j in batch}) == 1
@@ -185,10 +186,10 @@ def test_fits_whose_starts_share_centres_share_a_task_where_the_threads_stay_bus
     assert sorted(len(b) for b in grouped) == [1, 1, 2, 2, 3, 3, 6, 6]
     assert sorted(id(j) for b in grouped for j in b) == sorted(map(id, jobs))
     # 4 threads: a thread's share is 1,425; the 6 fits at 200…400 cost 1,800
-    by_k = _batches(jobs, threads=4)
+    by_k = task_batches(jobs, threads=4)
     assert len(by_k) == 16
     assert all(len({(j.split, j.spec.features, j.k) for j in b}) == 1 for b in by_k)
-    assert _batches(jobs, threads=17) == [[j] for j in jobs]
+    assert task_batches(jobs, threads=17) == [[j] for j in jobs]
 
     class Oversegmented:
         oversegment = 3.0
@@ -200,7 +201,7 @@ def test_fits_whose_starts_share_centres_share_a_task_where_the_threads_stay_bus
         for split in ("split1", "split2")
         for k in (50, 100, 400)
     ]
-    assert sorted([j.k for j in b] for b in _batches(fine, threads=2)) == [
+    assert sorted([j.k for j in b] for b in task_batches(fine, threads=2)) == [
         [100, 50],
         [100, 50],
         [400],
