@@ -80,8 +80,9 @@ def main() -> None:
     ap.add_argument("--study", type=Path, required=True)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--methods", nargs="+", default=["directional", "spherical_kmeans"],
-                    help="method names, or `default`: the pipeline's default method (its "
-                    "spatial options included)")  # fmt: skip
+                    help="method names; `default`: the pipeline's default method (its "
+                    "spatial options included). With `default` and others, each fit's "
+                    "seconds are compared per K with the first other's")  # fmt: skip
     ap.add_argument("--ks", type=int, nargs="+", default=[50, 100, 200, 300, 400])
     ap.add_argument("--memory-limit", default="4GB", help="per worker")
     ap.add_argument("--cold", action="store_true", help="drop the page cache first (root)")
@@ -138,20 +139,28 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     raw = yaml.safe_load((args.study / "pipeline.yaml").read_text())
     out = args.study / f"e2e-{n_workers}w"
     subprocess.run(["rm", "-rf", str(out)], check=True)
-    raw.update(output=out.name, ks=list(args.ks), methods=list(args.methods))
+    raw.update(output=out.name, ks=list(args.ks), methods=_methods(args.methods))
     if args.methods == ["default"]:
         del raw["methods"]  # a file without methods runs the pipeline's default
     path = args.study / f"e2e-{n_workers}w.yaml"
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)
-    fits: list[tuple[int, float, int]] = []  # (K, seconds, iterations)
+    fits: list[dict[str, Any]] = []
     meter = StageMeter()
 
     def log(line: str) -> None:
         meter.log(line)
-        m = re.search(r"^\[cluster\] \[[#.]*\] .*K=(\d+): ([\d.]+) s, (\d+) iterations", line)
+        m = re.search(
+            r"^\[cluster\] \[[#.]*\] .*? (split\d+) (\w+) K=(\d+): ([\d.]+) s, (\d+) iterations",
+            line,
+        )
         if m:
-            fits.append((int(m[1]), float(m[2]), int(m[3])))
+            fine = re.search(r"from a fine fit at (\d+) clusters \((\d+) iterations\)", line)
+            fits.append({
+                "split": m[1], "method": m[2], "k": int(m[3]), "seconds": float(m[4]),
+                "iterations": int(m[5]),
+                "fine": None if fine is None else [int(fine[1]), int(fine[2])],
+            })  # fmt: skip
 
     with meter.measured_cluster(n_workers, args.memory_limit):
         report = run_pipeline(cfg, log=log)
@@ -170,7 +179,11 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
     l_cols = rank + 10
     products, _ = svd_passes(cfg.svd)
     svd_flops = 2 * products * 2 * n_kept * m * l_cols
-    fit_flops = sum(2 * n_kept * rank * k * it for k, _, it in fits)
+    fit_flops = sum(
+        2 * n_kept * rank * (f["k"] * f["iterations"] + (f["fine"][0] * f["fine"][1] if f["fine"]
+                                                          else 0))
+        for f in fits
+    )  # fmt: skip
     written = usage["mask_ingest"]["written"]
     bounds = {
         "mask_ingest": max(
@@ -196,7 +209,7 @@ def run_child(args: argparse.Namespace, n_workers: int) -> dict:
         "svd_split_s": {s: v.get("seconds") for s, v in report["svd"].items()},
         "svd_reference_s": svd_reference,
         "usage": usage,
-        "fits": [{"k": k, "seconds": sec, "iterations": it} for k, sec, it in fits],
+        "fits": fits,
         "log": lines,
     }
 
@@ -408,6 +421,7 @@ def print_table(w: int, r: dict) -> None:
     if ev is not None:
         rest = r["total_s"] - ev
         print(f"evaluate: {ev:.0f} s, {100 * ev / rest:.1f} % on top of the other {rest:.0f} s")
+    _print_fit_ratios(r["fits"])
     split = r["svd_split_s"]
     if r["svd_reference_s"]:
         print(
@@ -415,6 +429,34 @@ def print_table(w: int, r: dict) -> None:
             f"call alone on split1: {r['svd_reference_s']:.0f} s "
             f"(ratio {split['split1'] / r['svd_reference_s']:.2f})"
         )
+
+
+def _methods(names: list[str]) -> list[Any]:
+    """The pipeline file's methods: ``default`` as the pipeline's default variant."""
+    from lsd_dask.pipeline.settings.methods import DEFAULT_METHOD
+
+    return [dict(DEFAULT_METHOD) if n == "default" else n for n in names]
+
+
+def _print_fit_ratios(fits: list[dict[str, Any]]) -> None:
+    """Each method's fits per K (seconds summed over the splits, as the log gives them),
+    beside the first method's: the per-fit ratio the default method is held to."""
+    methods = list(dict.fromkeys(f["method"] for f in fits))
+    if len(methods) < 2:
+        return
+    ks = sorted({f["k"] for f in fits})
+    secs = {(m, k): sum(f["seconds"] for f in fits if (f["method"], f["k"]) == (m, k))
+            for m in methods for k in ks}  # fmt: skip
+    base = "directional" if "directional" in methods else methods[0]
+    others = [m for m in methods if m != base]
+    print(f"\n| K | {base} (s) | " + " | ".join(f"{m} (s) | ratio" for m in others) + " |")
+    print("|---|---|" + "---|---|" * len(others))
+    for k in [*ks, None]:
+        row = [sum(secs[(m, x)] for x in ks) if k is None else secs[(m, k)] for m in methods]
+        b = row[methods.index(base)]
+        cells = " | ".join(f"{row[methods.index(m)]:.1f} | {row[methods.index(m)] / b:.2f}x"
+                           for m in others)  # fmt: skip
+        print(f"| {'all' if k is None else k} | {b:.1f} | {cells} |")
 
 
 def _io_bytes(p) -> tuple[int, int]:

@@ -64,9 +64,9 @@ class MultiScaleParcellation(BaseEstimator):  # type: ignore[misc]  # sklearn: u
     n_clusters_ : dict of int to int
         Parcels found at each K (more than K with ``contiguous``).
     n_iter_ : dict of int to int
-        The refinement's iterations at each K (its fresh fine fit's where there was one).
-    fine_clusters_ : dict of int to int
-        At the K's where a fine fit started: its clusters.
+        The refinement's iterations at each K (0 where there was none).
+    fine_clusters_, fine_n_iter_ : dict of int to int
+        At the K's where a fine fit started: its clusters and its iterations.
     seconds_ : dict of int to float
         The time each K took: its merge and refinement, and the fine fit it started.
     smoothing_steps_ : int
@@ -125,7 +125,7 @@ class MultiScaleParcellation(BaseEstimator):  # type: ignore[misc]  # sklearn: u
         (sq,) = compute(squared_row_norms(F)) if refine else (None,)
         inv_norms = None if sq is None else 1.0 / np.sqrt(np.maximum(np.asarray(sq), 1e-300))
         self.labels_, self.n_clusters_, self.n_iter_ = {}, {}, {}
-        self.fine_clusters_, self.seconds_ = {}, {}
+        self.fine_clusters_, self.fine_n_iter_, self.seconds_ = {}, {}, {}
         source: np.ndarray | None = None
         for k in ks:
             t0 = time.perf_counter()
@@ -134,9 +134,9 @@ class MultiScaleParcellation(BaseEstimator):  # type: ignore[misc]  # sklearn: u
                 fine = wrapper._inner(fine_k, A, merged=False).fit(F)
                 source = eager_labels(fine.labels_)
                 self.fine_clusters_[k] = fine_k
-                self.n_iter_[k] = int(getattr(fine, "n_iter_", 0))
+                self.fine_n_iter_[k] = int(getattr(fine, "n_iter_", 0))
             start, _ = ward_merge(F, source, k, connectivity=A)
-            labels = start
+            labels, self.n_iter_[k] = start, 0
             if inv_norms is not None and _alive(start) == k:  # else too few to start K from
                 est = wrapper._inner(k, A, merged=False)
                 est.set_params(init=_mean_directions(F, start, k, inv_norms))

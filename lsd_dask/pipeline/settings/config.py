@@ -85,7 +85,9 @@ class PipelineConfig:
         factory=lambda: parse_methods(default_methods({}), {}),
         note=(
             "method names (directional, lsd, hierarchical_lsd, spherical_kmeans, kmeans, "
-            "spectral, ward: no spatial option), or variants {name, method, <spatial option>...}"
+            "spectral, ward: no spatial option), or variants {name, method, <spatial option>...,"
+            " fine_fit: shared (oversegment > 1: one fine fit per split at oversegment × the "
+            "largest K, merged and refined at every K; the default) or per_k}"
         ),
     )
     ks: list[int] = setting(factory=lambda: [50, 100], note="the cluster counts K", minimum=2)

@@ -219,7 +219,7 @@ def _save(wd: WorkDir, j: FitJob, out: dict[str, Any], log: Log, progress: str) 
     parcels = f", {out['n_parcels']} contiguous parcels" if out["n_parcels"] else ""
     where = f" ({out['where']})" if out["where"] != "client" else ""
     if out.get("fine"):
-        parcels += f", from a fine fit at {out['fine']} clusters"
+        parcels += f", from a fine fit at {out['fine']} clusters ({out['fine_n_iter']} iterations)"
     elif j.spec.shared:
         parcels += ", from the K above"
     blur = ""

@@ -123,6 +123,7 @@ def fit_every_k(
             "blur_steps": est.smoothing_steps_,
             "where": where,
             "fine": est.fine_clusters_.get(k),
+            "fine_n_iter": est.fine_n_iter_.get(k),
         })  # fmt: skip
     return outs
 

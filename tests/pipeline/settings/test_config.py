@@ -155,16 +155,41 @@ def test_auto_feature_smoothing_at_the_top_or_per_variant(folder):
 def test_a_file_without_methods_runs_the_merged_directional_default(folder):
     (spec,) = load_config(folder / "pipeline.yaml").methods
     assert (spec.name, spec.method) == ("directional_merged", "directional")
-    assert (spec.options["spatial_weight"], spec.options["oversegment"]) == (1.0, 3.0)
+    assert (spec.options["spatial_weight"], spec.options["oversegment"]) == (1.0, 2.0)
+    assert spec.fine_fit == "shared"  # one fine fit per split serves every K
     est = spec.estimator(10, 0)
-    assert (est.spatial_weight, est.oversegment) == (1.0, 3.0)
+    assert (est.spatial_weight, est.oversegment) == (1.0, 2.0)
     # a top-level spatial setting wins over the default method's own
     (spec,) = load_config(_write(folder, spatial_weight=4, contiguous=True)).methods
     assert spec.options["spatial_weight"] == 4.0 and spec.options["contiguous"] is True
-    assert spec.options["oversegment"] == 3.0
+    assert spec.options["oversegment"] == 2.0
     # a method named in the file runs plain
     (spec,) = load_config(_write(folder, methods=["directional"])).methods
     assert spec.options["spatial_weight"] == 0.0 and spec.options["oversegment"] == 1.0
+    assert spec.fine_fit == "per_k"
+
+
+@pytest.mark.parametrize(
+    ("variant", "fine_fit", "error"),
+    [
+        ({"method": "directional", "oversegment": 3}, "shared", None),
+        ({"method": "directional", "oversegment": 3, "fine_fit": "per_k"}, "per_k", None),
+        ({"method": "lsd", "oversegment": 3}, "per_k", None),  # no init: per K
+        ({"method": "lsd", "oversegment": 3, "fine_fit": "shared"}, None,
+         r"methods\[0\].fine_fit: 'shared' needs a method with init"),
+        ({"method": "directional", "fine_fit": "shared"}, None,
+         r"methods\[0\].fine_fit: 'shared' needs oversegment > 1"),
+        ({"method": "directional", "fine_fit": "once"}, None,
+         r"methods\[0\].fine_fit: one of \['shared', 'per_k'\], got 'once'"),
+    ],
+)  # fmt: skip
+def test_a_variants_fine_fit_is_shared_where_it_can_be(folder, variant, fine_fit, error):
+    if error:
+        with pytest.raises(ValueError, match=error):
+            load_config(_write(folder, methods=[variant]))
+        return
+    (spec,) = load_config(_write(folder, methods=[variant])).methods
+    assert spec.fine_fit == fine_fit and spec.to_dict()["fine_fit"] == fine_fit
 
 
 def test_one_file_under_two_ids(folder):
