@@ -250,6 +250,63 @@ class DirectionalClustering(ClusterBase):
             res, self.spatial_cost_history_ = _potts(
                 Xn, res, k, A, beta, self.normalize, sweeps=self.icm_sweeps, max_iter=self.max_iter
             )
+        return self._fitted(res, X)
+
+    def refine(self, X: Array, labels: Any) -> DirectionalClustering:
+        """Move the borders of a labelling to the data: the Potts phase that ``fit`` runs
+        after its plain iterations, started from ``labels`` instead.
+
+        The centres start as the clusters' unit mean rows; ICM on the mesh and the
+        least-squares centre update then alternate, so the combined cost never
+        increases (``spatial_cost_history_``). No plain iteration runs: they ignore the
+        mesh and, from a spatially coherent start at small K, scatter it (on brainspace's
+        real fsaverage5 run at K = 100, refining a Ward merge this way gave held-out
+        homogeneity, DCBC and silhouette 0.387 / 0.109 / 0.065 against 0.379 / 0.096 /
+        0.037 with the plain iterations first).
+
+        Parameters
+        ----------
+        X : array of shape (n_samples, n_features)
+        labels : array of shape (n_samples,)
+            Integers in ``[0, n_clusters)``, each cluster non-empty.
+
+        Returns
+        -------
+        self
+            Fitted, with the attributes ``fit`` sets (``n_iter_``: the Potts rounds;
+            ``cost_history_`` empty).
+        """
+        X, k, _ = self._validate_fit(X)
+        _check_nonzero_rows(X)
+        beta = float(self.spatial_weight)
+        if beta <= 0:
+            raise ValueError("refine: needs spatial_weight > 0 (the Potts phase refines).")
+        A = check_connectivity(self.connectivity, X.shape[0])
+        lab = np.asarray(labels)
+        if (
+            lab.shape != (X.shape[0],)
+            or not np.issubdtype(lab.dtype, np.integer)
+            or lab.min() < 0
+            or lab.max() >= k
+            or np.count_nonzero(np.bincount(lab, minlength=k)) != k
+        ):
+            raise ValueError(
+                f"labels: {X.shape[0]} integers in [0, {k}), every cluster with a sample."
+            )
+        lab = lab.astype(np.int64)
+        Xn = unit_rows(X)
+        if is_dask(Xn):
+            Xn = Xn.rechunk({1: -1}).persist()
+        (sums,) = compute(cluster_sums(Xn, rows_like(lab, Xn), k))
+        D = unit_rows(np.asarray(sums, np.float64))
+        (sbar,) = compute(_best_projection_on(Xn, D, rows_like(lab, Xn))[1])
+        start = _Result(lab, np.asarray(sbar, np.float64), D, [], 0, True)
+        res, self.spatial_cost_history_ = _potts(
+            Xn, start, k, A, beta, self.normalize, sweeps=self.icm_sweeps, max_iter=self.max_iter
+        )
+        return self._fitted(res, X)
+
+    def _fitted(self, res: _Result, X: Array) -> DirectionalClustering:
         self.labels_ = eager_labels(res.labels)
         self.n_features_in_ = _n_features(X)
         self.cluster_centers_ = res.D

@@ -9,9 +9,10 @@ and walks down the K's from the largest:
    linkage on the mesh (:func:`~lsd_dask.cluster.ward_merge`); where that would merge more
    than f clusters into one on average, a fresh fine fit at f·K starts instead, so no
    merge is deeper than a single K's fit would make;
-2. **refine**: the wrapped method fitted at K from the merged clusters' mean directions
-   (its ``init``), with its Potts term: the merge chooses which clusters go together,
-   and the refinement moves their borders to the data;
+2. **refine**: the wrapped method's Potts phase from the merged clusters (its
+   ``refine``: ICM on the mesh and centre updates, no plain iteration): the merge
+   chooses which clusters go together, and the refinement moves their borders to the
+   data;
 3. the wrapper's contiguity step and size floor, as for one K.
 
 Why refine: a merge keeps every fine border, including those drawn between clusters
@@ -32,9 +33,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, clone
 
-from .._validation import Array, check_array, check_n_clusters, compute
-from ..linalg.reductions import cluster_sums
-from ..similarity import squared_row_norms
+from .._validation import Array, check_array, check_n_clusters
 from ._base import _n_features, eager_labels
 from .parcellation import MeshParcellation
 from .ward import ward_merge
@@ -53,9 +52,15 @@ class MultiScaleParcellation(BaseEstimator):  # type: ignore[misc]  # sklearn: u
         K) and the deepest merge. Cloned, never changed.
     n_clusters : sequence of int, default=(8,)
         The K's.
+    fine_tol : float or None, default=1e-3
+        The fine fit's ``tol`` (where the method takes one; None: the method's own). The
+        fine fit only seeds the merges, and the refinement moves the borders after it:
+        on the full-scale study a fine fit at 800 clusters stopped after 18 iterations at
+        1e-3 against 25 at directional clustering's 1e-4 (28 s against 40 s with its
+        K = 400 refinement), with the same NMI to the truth at every K (±0.001).
     refine : bool, default=True
-        Refit the method at each K from the merged clusters (when it takes an array
-        ``init``); False keeps the merged clusters as they are.
+        Refine the merged clusters at each K with the method's Potts term (where it has a
+        ``refine`` method and ``spatial_weight`` > 0); False keeps them as merged.
 
     Attributes
     ----------
@@ -97,10 +102,12 @@ class MultiScaleParcellation(BaseEstimator):  # type: ignore[misc]  # sklearn: u
         parcellation: MeshParcellation | None = None,
         n_clusters: Sequence[int] = (8,),
         *,
+        fine_tol: float | None = 1e-3,
         refine: bool = True,
     ) -> None:
         self.parcellation = parcellation
         self.n_clusters = n_clusters
+        self.fine_tol = fine_tol
         self.refine = refine
 
     def fit(self, X: Array, y: object = None) -> MultiScaleParcellation:
@@ -121,9 +128,7 @@ class MultiScaleParcellation(BaseEstimator):  # type: ignore[misc]  # sklearn: u
         wrapper._check_params()
         F, A = wrapper._prepare(X)
         self.smoothing_steps_ = wrapper.smoothing_steps_
-        refine = self.refine and refines(wrapper.estimator)
-        (sq,) = compute(squared_row_norms(F)) if refine else (None,)
-        inv_norms = None if sq is None else 1.0 / np.sqrt(np.maximum(np.asarray(sq), 1e-300))
+        refine = self.refine and refines(wrapper.estimator) and wrapper.spatial_weight > 0
         self.labels_, self.n_clusters_, self.n_iter_ = {}, {}, {}
         self.fine_clusters_, self.fine_n_iter_, self.seconds_ = {}, {}, {}
         source: np.ndarray | None = None
@@ -131,16 +136,17 @@ class MultiScaleParcellation(BaseEstimator):  # type: ignore[misc]  # sklearn: u
             t0 = time.perf_counter()
             if source is None or _alive(source) > math.ceil(f * k):
                 fine_k = min(X.shape[0], math.ceil(f * k))
-                fine = wrapper._inner(fine_k, A, merged=False).fit(F)
+                fine = wrapper._inner(fine_k, A, merged=False)
+                if self.fine_tol is not None and "tol" in fine.get_params():
+                    fine.set_params(tol=self.fine_tol)
+                fine.fit(F)
                 source = eager_labels(fine.labels_)
                 self.fine_clusters_[k] = fine_k
                 self.fine_n_iter_[k] = int(getattr(fine, "n_iter_", 0))
             start, _ = ward_merge(F, source, k, connectivity=A)
             labels, self.n_iter_[k] = start, 0
-            if inv_norms is not None and _alive(start) == k:  # else too few to start K from
-                est = wrapper._inner(k, A, merged=False)
-                est.set_params(init=_mean_directions(F, start, k, inv_norms))
-                est.fit(F)
+            if refine and _alive(start) == k:  # else too few clusters to start K from
+                est = wrapper._inner(k, A, merged=False).refine(F, start)
                 labels = eager_labels(est.labels_)
                 self.n_iter_[k] = int(getattr(est, "n_iter_", 0))
             source = labels
@@ -153,9 +159,9 @@ class MultiScaleParcellation(BaseEstimator):  # type: ignore[misc]  # sklearn: u
 
 
 def refines(estimator: Any) -> bool:
-    """Whether an estimator can start from given centres (an array ``init``), as
-    :class:`MultiScaleParcellation`'s refinement needs."""
-    return hasattr(estimator, "get_params") and "init" in estimator.get_params()
+    """Whether an estimator can refine a labelling with its Potts term (a ``refine(X,
+    labels)`` method and a ``spatial_weight``), as :class:`MultiScaleParcellation` does."""
+    return callable(getattr(estimator, "refine", None)) and hasattr(estimator, "spatial_weight")
 
 
 def _checked_ks(ks: Any, n: int) -> list[int]:
@@ -170,12 +176,3 @@ def _checked_ks(ks: Any, n: int) -> list[int]:
 def _alive(labels: np.ndarray) -> int:
     """The clusters that hold samples."""
     return int(np.count_nonzero(np.bincount(labels)))
-
-
-def _mean_directions(F: Any, labels: np.ndarray, k: int, inv_norms: np.ndarray) -> np.ndarray:
-    """Each cluster's mean unit row, made unit (k × d, float64): a refinement's start, the
-    mean direction of the rows as the method sees them (``inv_norms``: 1 / row norms)."""
-    (sums,) = compute(cluster_sums(F, labels, k, weights=inv_norms))
-    sums = np.asarray(sums, np.float64)
-    norms = np.linalg.norm(sums, axis=1, keepdims=True)
-    return sums / np.where(norms > 0, norms, 1.0)

@@ -148,8 +148,8 @@ class MethodSpec:
         :class:`~lsd_dask.cluster.MeshParcellation`'s spatial options, every one present;
         ``feature_smoothing_mm`` may be :data:`AUTO` (the blur stage resolves it).
     fine_fit : {"shared", "per_k"}
-        One of :data:`FINE_FITS`: ``shared`` only with ``oversegment`` > 1 and a method
-        that starts from given centres.
+        One of :data:`FINE_FITS`: ``shared`` only with ``oversegment`` > 1,
+        ``spatial_weight`` > 0 and a method with a Potts refinement.
     """
 
     name: str
@@ -274,15 +274,19 @@ VARIANT_KEYS = {"name", "method", "features", "fine_fit", *SPATIAL_OPTIONS}
 
 def _fine_fit(entry: dict[str, Any], options: dict[str, Any], base: Any, where: str) -> str:
     """A variant's ``fine_fit``: as given (checked), else ``shared`` wherever it can be
-    (``oversegment`` > 1, a method that starts from given centres)."""
-    can = float(options["oversegment"]) > 1 and refines(base)
+    (``oversegment`` > 1, ``spatial_weight`` > 0, a method with a Potts refinement)."""
+    why = (
+        "oversegment > 1" if float(options["oversegment"]) <= 1
+        else "a method with a Potts refinement (directional)" if not refines(base)
+        else "spatial_weight > 0" if float(options["spatial_weight"]) <= 0
+        else None
+    )  # fmt: skip
     given = entry.get("fine_fit")
     if given is None:
-        return "shared" if can else "per_k"
+        return "per_k" if why else "shared"
     if given not in FINE_FITS:
         raise ValueError(f"{where}fine_fit: one of {list(FINE_FITS)}, got {given!r}.")
-    if given == "shared" and not can:
-        why = "oversegment > 1" if float(options["oversegment"]) <= 1 else "a method with init"
+    if given == "shared" and why:
         raise ValueError(f"{where}fine_fit: 'shared' needs {why}.")
     return str(given)
 

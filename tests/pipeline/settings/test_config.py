@@ -172,11 +172,15 @@ def test_a_file_without_methods_runs_the_merged_directional_default(folder):
 @pytest.mark.parametrize(
     ("variant", "fine_fit", "error"),
     [
-        ({"method": "directional", "oversegment": 3}, "shared", None),
-        ({"method": "directional", "oversegment": 3, "fine_fit": "per_k"}, "per_k", None),
-        ({"method": "lsd", "oversegment": 3}, "per_k", None),  # no init: per K
+        ({"method": "directional", "oversegment": 3, "spatial_weight": 1}, "shared", None),
+        ({"method": "directional", "oversegment": 3, "spatial_weight": 1,
+          "fine_fit": "per_k"}, "per_k", None),
+        ({"method": "directional", "oversegment": 3}, "per_k", None),  # no Potts term
+        ({"method": "lsd", "oversegment": 3}, "per_k", None),  # no Potts refinement
         ({"method": "lsd", "oversegment": 3, "fine_fit": "shared"}, None,
-         r"methods\[0\].fine_fit: 'shared' needs a method with init"),
+         r"methods\[0\].fine_fit: 'shared' needs a method with a Potts refinement"),
+        ({"method": "directional", "oversegment": 3, "fine_fit": "shared"}, None,
+         r"methods\[0\].fine_fit: 'shared' needs spatial_weight > 0"),
         ({"method": "directional", "fine_fit": "shared"}, None,
          r"methods\[0\].fine_fit: 'shared' needs oversegment > 1"),
         ({"method": "directional", "fine_fit": "once"}, None,

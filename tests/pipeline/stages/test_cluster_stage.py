@@ -50,7 +50,8 @@ def test_fits_on_the_workers_give_the_labels_of_a_fit_here(
     monkeypatch.setattr(placement, "IN_MEMORY_FEATURES_BYTES", 0)  # as if at full size
     # as Dask graphs (the slow path on a small study): the two variants, a Ward merge over
     # dask features and a blur chosen from the halves, at the smallest K (the blur's K)
-    methods, ks = (METHODS, [4, 8]) if as_tasks else (METHODS[3:], [4])
+    # (both K for the Ward-merged variant: its K = 4 comes down from its K = 8)
+    methods, ks = (METHODS, [4, 8]) if as_tasks else (METHODS[3:], [4, 8])
     if not as_tasks:
         monkeypatch.setattr(placement, "FIT_TASK_MEMORY_FACTOR", 10**9)
     cfg = load_config(
@@ -207,3 +208,49 @@ def test_fits_whose_starts_share_centres_share_a_task_where_the_threads_stay_bus
         [400],
         [400],
     ]
+
+
+def test_a_shared_fine_fit_refits_only_the_ks_it_changes(in_process, study):
+    """A shared variant's K comes down from the run's larger K's: adding a smaller K
+    fits only that K (the larger ones' stamps stay current, their labels unchanged);
+    adding a larger K fits every K again. Each K's labels are
+    :class:`~lsd_dask.cluster.MultiScaleParcellation`'s on the split's features."""
+    from lsd_dask.cluster import DirectionalClustering, MeshParcellation, MultiScaleParcellation
+    from lsd_dask.pipeline.stages.svd import svd_features
+    from lsd_dask.surface import mesh_adjacency
+
+    folder, _ = in_process
+    variant = METHODS[3]
+    out = str(folder / "shared")
+
+    def run(ks):
+        cfg = load_config(folder / "pipeline.yaml", ks=ks, methods=[variant], null_repeats=0,
+                          output=out)  # fmt: skip
+        lines: list[str] = []
+        run_pipeline(cfg, log=lines.append)
+        fitted = sorted(
+            (m[1], int(m[2]))
+            for ln in lines
+            if (m := re.match(r"\[cluster\] \[[#.]*\] .*?(split\d) dir_merged K=(\d+): ", ln))
+        )
+        return cfg, fitted, _labels(cfg)
+
+    cfg, fitted, first = run([4, 8])
+    assert fitted == [("split1", 4), ("split1", 8), ("split2", 4), ("split2", 8)]
+    _, fitted, second = run([3, 4, 8])
+    assert fitted == [("split1", 3), ("split2", 3)]
+    assert all(np.array_equal(first[n], second[n]) for n in first)
+    _, fitted, third = run([3, 4, 8, 9])
+    assert len(fitted) == 8
+    # the labels are the estimator's, fitted here on split 1's features and kept mesh
+    wd = cfg.output / "work"
+    U, s = np.load(wd / "split1_U.npy"), np.load(wd / "split1_s.npy")
+    kept = np.load(wd / "mask.npy").astype(bool)
+    meshes = list(study.meshes.values())
+    A = mesh_adjacency([m.faces for m in meshes], [m.n_vertices for m in meshes])
+    one = MeshParcellation(DirectionalClustering(), connectivity=A[kept][:, kept].tocsr(),
+                           spatial_weight=1.0, oversegment=2.0, random_state=cfg.random_state)
+    est = MultiScaleParcellation(one, [3, 4, 8, 9]).fit(svd_features(U, s))
+    for k in (3, 4, 8, 9):
+        lab = third[f"split1_dir_merged_K{k}.npy"]
+        np.testing.assert_array_equal(lab[kept], est.labels_[k] + 1, err_msg=f"K={k}")
