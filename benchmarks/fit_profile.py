@@ -6,10 +6,13 @@ assignment GEMM bound ``2 n d K`` at the float32 rate measured here on one threa
 ``--profile``, the top of a cProfile of each fit.
 
 With ``--mesh LEFT RIGHT`` (the study's ``.surf.gii`` files; the work folder's mask picks the
-kept vertices), each method is also fitted as the pipeline's default variant runs it (its
-Potts weight, ``oversegment`` × K fine clusters, the Ward merge to K), and the seconds are
-split into the fine fit's plain iterations, its Potts phase and the merge, each beside the
-plain fit at K.
+kept vertices), directional clustering is also fitted as the pipeline's default method
+runs it at every K at once (:class:`~lsd_dask.cluster.MultiScaleParcellation`: one fine
+fit at ``oversegment`` × the largest K with the Potts term, then a Ward merge on the mesh
+and a Potts refinement at each K), each K's seconds beside the plain fit's, and the whole
+split into phases by a profile: the fine fit's plain iterations, the Potts phases (the
+fine fit's and the refinements': their score products against the GEMM bound of as many
+rounds, and ICM), and the merges against one pass over the mesh's edges.
 
 Run: ``python benchmarks/fit_profile.py --work /work/full/study/e2e-2w/work --ks 100 400``.
 """
@@ -52,7 +55,7 @@ def main() -> None:
         a @ b
         gflops = 2 * 4000 * 4000 * 1000 / (time.perf_counter() - t0) / 1e9
         print(f"{n} x {d} features; float32 GEMM {gflops:.0f} GFLOP/s on one thread")
-        spatial: list[tuple[str, int, float, dict[str, float]]] = []
+        plain: dict[int, float] = {}
         print("| method | K | seconds | iterations | s / iteration | bound / iteration "
               "| rows checked, last 5 iterations |")
         print("|---|---|---|---|---|---|---|")
@@ -77,21 +80,18 @@ def main() -> None:
                       f"| {share} |")
                 if prof:
                     pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
-                if args.mesh:
-                    spatial.append((method, k, sec, _default_variant(F, method, k, args)))
-        if spatial:
-            _print_spatial(spatial)
-
-
-#: the functions whose cumulative seconds split a default-variant fit into its phases
-PHASES = {"potts": "potts_phase", "merge": "ward_merge"}
+                if method == "directional":
+                    plain[k] = sec
+        if args.mesh:
+            _default_variant(F, plain, args, gflops)
 
 
 def _default_variant(
-    F: np.ndarray, method: str, k: int, args: argparse.Namespace
-) -> dict[str, float]:
-    """Fit ``method`` as the pipeline's default variant at K on the study's mesh; its
-    seconds in all and per phase (from a cProfile of the fit)."""
+    F: np.ndarray, plain: dict[int, float], args: argparse.Namespace, gflops: float
+) -> None:
+    """Fit directional clustering at every K as the pipeline's default method does, and
+    print each K's seconds beside the plain fit's, then the phases of the whole."""
+    from lsd_dask.cluster import MultiScaleParcellation
     from lsd_dask.io.surface_files import load_mesh
     from lsd_dask.pipeline.settings.methods import DEFAULT_METHOD, parse_methods
     from lsd_dask.surface import mesh_adjacency
@@ -100,35 +100,58 @@ def _default_variant(
     meshes = [load_mesh(p) for p in args.mesh]
     A = mesh_adjacency([m.faces for m in meshes], [m.n_vertices for m in meshes])
     A = A[kept][:, kept].tocsr()
-    V = np.concatenate([m.vertices for m in meshes])[kept]
-    [spec] = parse_methods([{**DEFAULT_METHOD, "method": method}], {"features": None})
-    est = spec.estimator(k, 0, connectivity=A, vertices=V)
+    [spec] = parse_methods([{**DEFAULT_METHOD, "method": "directional"}], {"features": None})
+    est = MultiScaleParcellation(spec.estimator(max(args.ks), 0, connectivity=A), args.ks)
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
     est.fit(F)
     prof.disable()
-    out = {"total": time.perf_counter() - t0}
+    total = time.perf_counter() - t0
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    for phase, name in PHASES.items():
-        out[phase] = sum(v[3] for key, v in stats.items() if key[2] == name)
-    out["plain iterations"] = out["total"] - out["potts"] - out["merge"]
-    out["fine K"] = float(est.estimator_.estimator_.n_clusters)
-    return out
 
+    def cum(name: str) -> tuple[float, int]:
+        hits = [v for key, v in stats.items() if key[2] == name]
+        return sum(v[3] for v in hits), sum(v[1] for v in hits)
 
-def _print_spatial(rows: list[tuple[str, int, float, dict[str, float]]]) -> None:
-    from lsd_dask.pipeline.settings.methods import DEFAULT_METHOD
-
-    opts = ", ".join(f"{k} {v}" for k, v in DEFAULT_METHOD.items() if k not in ("name", "method"))
-    print(f"\nthe default variant ({opts}), seconds:")
-    print("| method | K | plain fit | fine K | fine fit | Potts phase | merge | total | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for method, k, plain, t in rows:
-        print(
-            f"| {method} | {k} | {plain:.1f} | {t['fine K']:.0f} | {t['plain iterations']:.1f} "
-            f"| {t['potts']:.1f} | {t['merge']:.1f} | {t['total']:.1f} | {t['total'] / plain:.2f} |"
-        )
+    n, d = F.shape
+    print(f"\nthe default method ({spec.options['oversegment']:g} x the largest K, "
+          f"spatial_weight {spec.options['spatial_weight']:g}), every K at once:")  # fmt: skip
+    print("| K | plain fit (s) | default (s) | ratio | Potts rounds | note |")
+    print("|---|---|---|---|---|---|")
+    for k in sorted(est.labels_):
+        fine = est.fine_clusters_.get(k)
+        note = f"fine fit at {fine} clusters, {est.fine_n_iter_[k]} iterations" if fine else ""
+        p = plain.get(k, float("nan"))
+        print(f"| {k} | {p:.1f} | {est.seconds_[k]:.1f} | {est.seconds_[k] / p:.2f} "
+              f"| {est.n_iter_[k]} | {note} |")  # fmt: skip
+    print(f"| all | {sum(plain.values()):.1f} | {total:.1f} | "
+          f"{total / sum(plain.values()):.2f} | | |")  # fmt: skip
+    plain_it, _ = cum("_fit_directional")
+    potts, _ = cum("potts_phase")
+    scores, rounds = cum("_times_float64")
+    icm, _ = cum("icm")
+    moves, _ = cum("component_moves")
+    merge, merges = cum("ward_merge")
+    # the Potts phases' products: one n × K a round, at each K (its refinement's rounds)
+    # and at the fine K (the calls left over; one fine fit when the K's are close)
+    refine_rounds = sum(est.n_iter_.values())
+    fine_k = max(est.fine_clusters_.values())
+    bound = sum(2 * n * d * k * r for k, r in est.n_iter_.items())
+    bound += 2 * n * d * fine_k * max(rounds - refine_rounds, 0)
+    bound /= gflops * 1e9
+    coo = A.tocoo()
+    lab = est.labels_[max(est.labels_)]
+    t = time.perf_counter()
+    for _ in range(10):
+        np.count_nonzero(lab[coo.row] != lab[coo.col])
+    edge_pass = (time.perf_counter() - t) / 10
+    print(f"\nphases (s): fine fit's plain iterations {plain_it:.1f}; Potts phases {potts:.1f} "
+          f"({rounds} score products {scores:.1f}, their GEMM bound {bound:.1f}; ICM "
+          f"{icm:.1f}, region moves {moves:.1f}); "
+          f"merges {merge:.2f} ({merges} calls); one pass over the mesh's {coo.nnz // 2} edges "
+          f"{edge_pass * 1e3:.1f} ms; float32 GEMM {gflops:.0f} GFLOP/s: a product at K "
+          f"costs 2·{n}·{d}·K / rate, {2 * n * d * 400 / (gflops * 1e9):.2f} s at K = 400")
 
 
 if __name__ == "__main__":
