@@ -236,7 +236,8 @@ _LABELS = re.compile(r"(sub-)?[A-Za-z0-9]+(,(sub-)?[A-Za-z0-9]+)*,?")
     help="Methods (repeat; overrides `methods`): "
     + ", ".join(f"{name} ({m.summary})" for name, m in METHODS.items())
     + ". A name runs the method with no spatial option; a file without `methods` runs "
-    "directional_merged (directional, spatial_weight 1, oversegment 3).",
+    "directional_merged (directional, spatial_weight 1, oversegment 2: one fine fit per "
+    "split for every K).",
 )
 @click.option(
     "--rank",

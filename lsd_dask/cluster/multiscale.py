@@ -17,10 +17,11 @@ and walks down the K's from the largest:
 
 Why refine: a merge keeps every fine border, including those drawn between clusters
 that only the merge then joins, and Ward's cost weighs every merge of two unrelated
-clusters alike (so at small K a chain of merges can leave one very large cluster). On the
-full-scale study (59,784 vertices, rank 1,000, split 1; 200 planted parcels), the NMI to
-the truth of the merged starts at K = 50, 100 was 0.608, 0.833 and of their refinements
-0.779, 0.870, against 0.607, 0.832 for one fit at 3K merged to K at each K.
+clusters alike. Why this way: on brainspace's real fsaverage5 run (K = 100, 200, 400;
+features of rank 400), held-out homogeneity, DCBC, silhouette and split-half Dice were
+higher at every K than with 3K clusters merged to K at each K (K = 100: 0.386 / 0.117 /
+0.064 / 0.484 against 0.377 / 0.097 / 0.045 / 0.464), in 5.5 s a split for the three K
+against 6.6 s for each.
 """
 
 from __future__ import annotations

@@ -115,8 +115,9 @@ METHODS: dict[str, Method] = {
 #: 0.376/0.098, 0.448/0.122) with split-half Dice 0.031 to 0.040 higher; plain directional
 #: clustering scores higher on both but with 4-5 times as many regions as K
 #: (salt-and-pepper) and Dice 0.10 lower. One fine fit at 2 × 400 for K = 100, 200, 400
-#: scores as well or better on the realistic study (K = 400: homogeneity 0.562 against
-#: 0.556, DCBC 0.190 against 0.180, Dice 0.980 against 0.920) in half the time.
+#: then scored higher than that at every K on the same run (K = 100: 0.386/0.117 against
+#: 0.377/0.097, Dice 0.484 against 0.464), and at full scale its fits take 0.87× plain
+#: directional clustering's (``docs/benchmarks.md``).
 DEFAULT_METHOD: dict[str, Any] = {
     "name": "directional_merged",
     "method": "directional",

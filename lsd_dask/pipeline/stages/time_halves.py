@@ -11,7 +11,8 @@ al. 2019), and they need only one split's subjects.
 - a randomized SVD of each half (the run's rank and power iterations, capped at the half's
   width; the blur stage's halves, :meth:`~lsd_dask.io.zarr_store.ColumnBlocks.halves`);
 - the method's estimator at K (with the split's own blur, for ``feature_smoothing_mm:
-  auto``) fitted on each half's features;
+  auto``) fitted on each half's features (a ``fine_fit: shared`` variant: every K of the
+  run from one fine fit per half, as the cluster stage fits it);
 - its labels scored on the other half's features (unit rows of that half's U·Σ) with the
   measures and spin nulls of :mod:`.evaluation`, on the same vertex pairs.
 
@@ -34,13 +35,14 @@ from typing import Any
 import numpy as np
 
 from ... import evaluation as ev
+from ...cluster import MultiScaleParcellation
 from ...cluster._init import shared_starts
 from ...io.zarr_store import open_split
 from ..engine.context import RunContext
 from ..engine.contract import Column, RowKey, StageBase, Unit
 from ..engine.log import prefixed
 from .cluster import estimator_key, split_estimator
-from .fits import fit_labels
+from .fits import fit_every_k, fit_labels
 from .held_out import (
     held_out_scores,
     load_result,
@@ -108,6 +110,10 @@ class TimeHalvesStage(StageBase):
                     "params": {
                         s: estimator_key(split_estimator(ctx, spec, k, s, mesh)) for s in splits
                     },  # fmt: skip
+                    # a shared fine fit's K comes down from the larger K's, as in the fits
+                    "fine_fit": sorted((x for x in cfg.ks if x >= k), reverse=True)
+                    if spec.shared
+                    else "per_k",
                 },
                 [wd.folder.join("evaluation", f"halves_{spec.name}_K{k}.json")],
                 label=f"{spec.name} K={k} (time halves)",
@@ -132,13 +138,22 @@ class TimeHalvesStage(StageBase):
             corr = {h: ev.pair_correlations(Z, pairs) for h, Z in scored.items()}
             nulls = spin_nulls(ctx, scored, pairs, corr)
             starts: OrderedDict[Any, Any] = OrderedDict()  # alike starts: once per half
+            every_k: dict[Any, list[dict[str, Any]]] = {}  # shared fine fits: once per half
             for unit in todo:
                 spec, k = unit.item
                 for fitted, other in (("half1", "half2"), ("half2", "half1")):
                     U, s = halves[fitted]
                     est = split_estimator(ctx, spec, k, split, mesh)
-                    with shared_starts(starts):
-                        fit = fit_labels(est, svd_features(U, s, spec.features), kept)
+                    F = svd_features(U, s, spec.features)
+                    if spec.shared:  # every K of the run from one fine fit, as in the fits
+                        ks = sorted(ctx.cfg.ks)
+                        if (fitted, spec.name) not in every_k:
+                            multi = MultiScaleParcellation(est, ks)
+                            every_k[(fitted, spec.name)] = fit_every_k(multi, F, kept, ks)
+                        fit = every_k[(fitted, spec.name)][ks.index(k)]
+                    else:
+                        with shared_starts(starts):
+                            fit = fit_labels(est, F, kept)
                     results[unit.name][f"{split}_{fitted}_on_{other}"] = held_out_scores(
                         fit["labels"], scored[other], pairs, corr[other], mesh[1], kept,
                         nulls.get(other),
