@@ -184,14 +184,12 @@ _METHOD_PAPERS = {
 
 
 def _measure_papers() -> list[str]:
-    """The held-out measures' papers (:data:`lsd_dask.evaluation.MEASURES`), then the
-    spin null's."""
+    """The held-out measures' papers (:data:`lsd_dask.evaluation.MEASURES`), the spins'."""
     return [*(m.citation for m in evaluation.MEASURES if m.citation), "spin"]
 
 
 def method_references(spec: MethodSpec) -> list[str]:
-    """Keys of :data:`REFERENCES` for one method as the run used it: its own paper, and
-    Ward's when an oversegmentation is merged by Ward's linkage."""
+    """Keys of :data:`REFERENCES` for a method as run: its paper, Ward's for a merge."""
     keys = list(_METHOD_PAPERS.get(spec.method, ()))
     if float(spec.options.get("oversegment") or 1) > 1 and "ward" not in keys:
         keys.append("ward")
@@ -273,10 +271,10 @@ def methods_text(report: dict[str, Any], methods: list[MethodSpec]) -> str:
     kept = [r["kept"] for r in subjects]
     wall = int(mask.get("n_medial_wall", 0))
     masked = int(mask.get("n_masked", 0))
-    if wall:
-        why = f"{wall} on the template's medial wall, {masked - wall} constant or non-finite"
-    else:
-        why = "constant or non-finite in some subject"
+    why = (
+        f"{wall} on the template's medial wall, {masked - wall} constant or non-finite"
+        if wall else "constant or non-finite in some subject"
+    )  # fmt: skip
     parts = [
         f"Cortical parcellations were computed with lsd-dask {v.get('lsd_dask', '')} "
         f"(Python {v.get('python', '')}; Dask {v.get('dask', '')}, NumPy {v.get('numpy', '')}, "
@@ -290,10 +288,9 @@ def methods_text(report: dict[str, Any], methods: list[MethodSpec]) -> str:
     if kept:
         lo, hi = min(kept), max(kept)
         parts.append(
-            f"Each subject kept {lo} volumes."
-            if lo == hi
+            f"Each subject kept {lo} volumes." if lo == hi
             else f"Subjects kept {lo} to {hi} volumes (median {int(np.median(kept))})."
-        )
+        )  # fmt: skip
     if splits:
         counts = " and ".join(str(len(rows)) for rows in splits.values())
         parts.append(
@@ -318,11 +315,14 @@ def methods_text(report: dict[str, Any], methods: list[MethodSpec]) -> str:
                 f"a Potts term of weight {spec.options['spatial_weight']:g} per cut mesh edge"
             )
         over = float(spec.options.get("oversegment") or 1)
-        if over > 1:
+        if over > 1:  # one fine fit for every K, or one per K
+            ward = f"Ward's linkage on the mesh {cite('ward')}"
             spatial.append(
-                f"a fit at {over:g} K clusters merged to K by Ward's linkage on the mesh "
-                f"{cite('ward')}"
-            )
+                f"one fit per split at {over:g} times the largest K clusters, merged by {ward}"
+                " to each K in turn (largest first, each from the one above) and refined "
+                "there by the Potts term" if spec.shared
+                else f"a fit at {over:g} K clusters merged to K by {ward}"
+            )  # fmt: skip
         blur = spec.options.get("feature_smoothing_mm")
         if blur:
             spatial.append(f"features blurred along the mesh ({blur} mm FWHM)")

@@ -84,48 +84,57 @@ def fit_labels(est: MeshParcellation, F: Any, kept: np.ndarray) -> dict[str, Any
     """Fit, then the labels on the full surface (0 on masked vertices), with the fit's
     seconds, iterations, parcels, blur steps and where it ran; runs anywhere."""
     t0 = time.perf_counter()
-    where = task_location()
-    # inside a worker, any graph an estimator builds runs right here: sent to the cluster,
-    # it would wait for worker threads that the fits themselves hold
-    with dask.config.set(scheduler="sync" if where != "client" else None):
-        est.fit(F)
-    full = np.zeros(kept.size, np.int32)
-    full[kept] = est.labels_ + 1  # numpy, whatever the features (the labels_ policy)
+    where = _fitted_here(est, F)
     n_iter = getattr(est, "n_iter_", None)
-    return {
-        "labels": full,
-        "seconds": time.perf_counter() - t0,
-        "n_iter": int(n_iter) if isinstance(n_iter, (int, np.integer)) else None,
-        "n_parcels": est.n_clusters_ if est.contiguous else None,
-        "blur_steps": est.smoothing_steps_,
-        "where": where,
-    }
+    return _output(
+        est.labels_, kept, where,
+        seconds=time.perf_counter() - t0,
+        n_iter=int(n_iter) if isinstance(n_iter, (int, np.integer)) else None,
+        n_parcels=est.n_clusters_ if est.contiguous else None,
+        blur_steps=est.smoothing_steps_,
+    )  # fmt: skip
 
 
 def fit_every_k(
     est: MultiScaleParcellation, F: Any, kept: np.ndarray, ks: list[int]
 ) -> list[dict[str, Any]]:
     """Fit every K of a shared fine fit; :func:`fit_labels`' output for each of ``ks``
-    (a K's seconds: its merge and refinement, and the fine fit it started)."""
+    (a K's seconds: its merge and refinement, and the fine fit it started), with the fine
+    fit's clusters and iterations at the K that started it."""
+    where = _fitted_here(est, F)
+    contiguous = bool(getattr(est.parcellation, "contiguous", False))
+    return [
+        _output(
+            est.labels_[k],
+            kept,
+            where,
+            seconds=est.seconds_[k],
+            n_iter=est.n_iter_.get(k),
+            n_parcels=est.n_clusters_[k] if contiguous else None,
+            blur_steps=est.smoothing_steps_,
+            fine=est.fine_clusters_.get(k),
+            fine_n_iter=est.fine_n_iter_.get(k),
+        )  # fmt: skip
+        for k in ks
+    ]
+
+
+def _fitted_here(est: Any, F: Any) -> str:
+    """Fit ``est`` on F where this runs; returns where (a worker's address, or "client").
+    Inside a worker, any graph an estimator builds runs right here: sent to the cluster,
+    it would wait for worker threads that the fits themselves hold."""
     where = task_location()
     with dask.config.set(scheduler="sync" if where != "client" else None):
         est.fit(F)
-    contiguous = bool(getattr(est.parcellation, "contiguous", False))
-    outs = []
-    for k in ks:
-        full = np.zeros(kept.size, np.int32)
-        full[kept] = est.labels_[k] + 1
-        outs.append({
-            "labels": full,
-            "seconds": est.seconds_[k],
-            "n_iter": est.n_iter_.get(k),
-            "n_parcels": est.n_clusters_[k] if contiguous else None,
-            "blur_steps": est.smoothing_steps_,
-            "where": where,
-            "fine": est.fine_clusters_.get(k),
-            "fine_n_iter": est.fine_n_iter_.get(k),
-        })  # fmt: skip
-    return outs
+    return where
+
+
+def _output(labels: np.ndarray, kept: np.ndarray, where: str, **fields: Any) -> dict[str, Any]:
+    """A fit's output: its labels on the full surface (0 on masked vertices; numpy,
+    whatever the features: the labels_ policy), where it ran, and ``fields``."""
+    full = np.zeros(kept.size, np.int32)
+    full[kept] = np.asarray(labels) + 1
+    return {"labels": full, "where": where, **fields}
 
 
 def task_batches(todo: list[FitJob], threads: int) -> list[list[FitJob]]:

@@ -242,6 +242,10 @@ def test_a_shared_fine_fit_refits_only_the_ks_it_changes(in_process, study):
     assert all(np.array_equal(first[n], second[n]) for n in first)
     _, fitted, third = run([3, 4, 8, 9])
     assert len(fitted) == 8
+    # the methods paragraph says how the K's were made
+    text = json.loads((cfg.output / "report.json").read_text())["methods_text"]
+    assert "one fit per split at 2 times the largest K clusters, merged by Ward's" in text
+    assert "refined there by the Potts term" in text
     # the labels are the estimator's, fitted here on split 1's features and kept mesh
     wd = cfg.output / "work"
     U, s = np.load(wd / "split1_U.npy"), np.load(wd / "split1_s.npy")
