@@ -2,6 +2,7 @@
 
 from .directional import DirectionalClustering, directional_assign, select_n_clusters
 from .hierarchical import HierarchicalLSD
+from .individual import IterativeIndividualParcellation
 from .kmeans import KEVD, KMeans, SphericalKMeans
 from .lsd import LSD
 from .multiscale import MultiScaleParcellation
@@ -30,6 +31,7 @@ __all__ = [
     "ward_merge",
     "MeshParcellation",
     "MultiScaleParcellation",
+    "IterativeIndividualParcellation",
     "SPATIAL_OPTIONS",
     "check_spatial_options",
 ]
