@@ -18,7 +18,16 @@ time-locked), on the cortical vertices of the template (the medial wall stays 0)
    the rest white;
 5. a positive baseline around 1,000 per vertex, as in scanner units.
 
-The truth is the atlas (parcels ``1..P``, ``0`` on the medial wall).
+The truth is the atlas (parcels ``1..P``, ``0`` on the medial wall). With
+``border_shift`` > 0 every subject has its own borders (:meth:`RealisticStudy.subject_labels`,
+used by step 2): each parcel's indicator is averaged over ``border_shift`` neighbour steps
+on the mesh (so a vertex may change parcel only within about ``border_shift`` edges of a
+border, ~2 mm each on 32k_fs_LR), and the vertex takes the parcel of highest
+``averaged indicator + border_jitter · (a_p + b_p · h(v))``: ``a_p``, ``b_p`` standard
+normal per parcel and subject, ``h`` a unit Gaussian field smoothed by 10 steps on the
+mesh. A parcel thus grows or shrinks as a whole (``a_p``) and unevenly along its border
+(``b_p h``); ``border_jitter`` 0.2 with ``border_shift`` 4 moves about a tenth of the
+vertices (see :meth:`RealisticStudy.subject_labels`).
 """
 
 from __future__ import annotations
@@ -70,11 +79,42 @@ class RealisticStudy(SplitStudy):
     smooth_noise: float = 0.5
     noise_smoothing: int = 3
     tr: float = 0.72
+    border_shift: int = 0
+    border_jitter: float = 0.2
     seed: int = 0
     template: str = "conte69"
     atlas: str = "vosdewael_400"
     #: mesh adjacency among the cortical vertices (built once, used by every subject)
     _adjacency: sp.csr_matrix | None = field(default=None, repr=False)
+
+    def subject_labels(self, subject: str) -> np.ndarray:
+        """One subject's own parcels (``1..P``, 0 off the cortex): the atlas, or with
+        ``border_shift`` > 0 the atlas with this subject's borders (module docstring)."""
+        if self.border_shift <= 0:
+            return self.labels
+        g, i = self._locate(subject)
+        rng = np.random.default_rng([self.seed, g, i, 1])  # apart from the data's draws
+        lab = self.labels[self.cortex] - 1
+        nc, n_parcels = int(lab.size), int(self.labels.max())
+        onehot = sp.csr_matrix((np.ones(nc), (np.arange(nc), lab)), shape=(nc, n_parcels))
+        # the averaging of smooth_on_mesh, kept sparse: a vertex reaches few parcels
+        A = self._adjacency
+        W = sp.diags(1.0 / (np.asarray(A.sum(axis=1)).ravel() + 1.0)) @ (A + sp.identity(nc))
+        S = onehot
+        for _ in range(int(self.border_shift)):
+            S = sp.csr_matrix(W @ S)
+        a, b = rng.standard_normal(n_parcels), rng.standard_normal(n_parcels)
+        h = _unit_std(smooth_on_mesh(rng.standard_normal(nc), self._adjacency, 10))
+        S = S.tocoo()
+        score = S.data + self.border_jitter * (a[S.col] + b[S.col] * h[S.row])
+        # each vertex's best parcel among those its averaged indicators reach
+        order = np.lexsort((-score, S.row))
+        first = np.r_[True, S.row[order][1:] != S.row[order][:-1]]
+        own = np.empty(nc, np.int64)
+        own[S.row[order][first]] = S.col[order][first]
+        out = np.zeros_like(self.labels)
+        out[self.cortex] = own + 1
+        return out
 
     def subject_data(self, subject: str) -> np.ndarray:
         """Time series of one subject, shape (n_vertices, n_timepoints), float32."""
@@ -82,7 +122,7 @@ class RealisticStudy(SplitStudy):
         split = list(self.splits)[g]
         rng = np.random.default_rng([self.seed, g, i])
         A = self._adjacency
-        lab = self.labels[self.cortex] - 1
+        lab = self.subject_labels(subject)[self.cortex] - 1
         nc, T = int(lab.size), self.n_timepoints
         # 1. correlated parcel series with BOLD-like autocorrelation
         L = _correlation_factor(self.connectivity[split])
@@ -120,6 +160,8 @@ def realistic_study(
     smooth_noise: float = 0.5,
     noise_smoothing: int = 3,
     tr: float = 0.72,
+    border_shift: int = 0,
+    border_jitter: float = 0.2,
     random_state: RandomState = 0,
 ) -> RealisticStudy:
     """Build a realistic two-split study (see the module docstring for the model).
@@ -148,6 +190,11 @@ def realistic_study(
         Share of the noise variance that is spatially smooth.
     tr : float
         Repetition time written into the files.
+    border_shift : int
+        Neighbour steps within which a subject's borders may move from the atlas' (0: every
+        subject has the atlas' borders).
+    border_jitter : float
+        How strongly each subject's parcels grow, shrink and bend within that reach.
     random_state : int, Generator or None
     """
     if template != "conte69":
@@ -161,6 +208,10 @@ def realistic_study(
         raise ValueError(f"autocorrelation must lie in [0, 1), got {autocorrelation}.")
     if not 0.0 <= smooth_noise <= 1.0:
         raise ValueError(f"smooth_noise must lie in [0, 1], got {smooth_noise}.")
+    if border_shift < 0 or border_jitter < 0:
+        raise ValueError(
+            f"border_shift and border_jitter must be >= 0, got {border_shift}, {border_jitter}."
+        )
     if min(n_subjects) < 1 or n_timepoints < 2:
         raise ValueError("each split needs a subject and every subject 2 time points or more.")
     tpl = load_template(template)
@@ -189,6 +240,8 @@ def realistic_study(
         smooth_noise=float(smooth_noise),
         noise_smoothing=int(noise_smoothing),
         tr=float(tr),
+        border_shift=int(border_shift),
+        border_jitter=float(border_jitter),
         seed=int(rng.integers(2**31 - 1)),
         template=template,
         atlas=f"{atlas}_{scale}",

@@ -112,3 +112,56 @@ def test_missing_brainspace_says_what_to_install(monkeypatch):
     monkeypatch.setattr(T.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ImportError, match=r"lsd-dask\[templates\]"):
         T.load_template("conte69")
+
+
+def test_each_subject_has_its_own_borders_within_their_reach():
+    """border_shift 4: every subject's parcels differ from the atlas' near the borders
+    only (each moved vertex takes a parcel the atlas has within 4 edges of it), about a
+    tenth of the vertices move, differently for each subject and the same on every call;
+    border_shift 0 keeps the atlas."""
+    import scipy.sparse as sp
+
+    from lsd_dask.surface import combine_meshes
+
+    study = realistic_study(border_shift=4, border_jitter=0.2, random_state=0)
+    c = study.cortex
+    atlas = study.labels[c]
+    own = {s: study.subject_labels(s)[c] for s in study.subjects[:2]}
+    A = combine_meshes(study.meshes)[0].adjacency()[c][:, c].tocsr()
+    reach = sp.identity(c.sum(), format="csr") + A
+    for _ in range(3):
+        reach = (reach @ (sp.identity(c.sum(), format="csr") + A)).astype(bool).tocsr()
+    for lab in own.values():
+        moved = np.flatnonzero(lab != atlas)
+        assert 0.05 < moved.size / lab.size < 0.2
+        for v in moved[::97]:
+            near = atlas[reach.indices[reach.indptr[v] : reach.indptr[v + 1]]]
+            assert lab[v] in near, v
+        assert np.unique(lab).size == study.labels.max()  # no parcel vanishes
+    first, second = own.values()
+    assert np.mean(first != second) > 0.05
+    np.testing.assert_array_equal(study.subject_labels(study.subjects[0])[c], first)
+    plain = realistic_study(random_state=0)
+    assert plain.subject_labels(plain.subjects[0]) is plain.labels
+
+
+def test_a_subjects_series_follow_its_own_borders():
+    """A vertex the subject's borders moved correlates better with its own parcel's mean
+    series than with the atlas parcel it left (on most such vertices)."""
+    study = realistic_study(border_shift=4, border_jitter=0.2, n_timepoints=200,
+                            snr=2.0, random_state=1)  # fmt: skip
+    s = study.subjects[0]
+    c = study.cortex
+    X = study.subject_data(s)[c].astype(np.float64)
+    Z = X - X.mean(1, keepdims=True)
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    own, atlas = study.subject_labels(s)[c], study.labels[c]
+    moved = np.flatnonzero(own != atlas)[::25]
+
+    def mean_of(lab, p, skip):
+        m = (lab == p) & (np.arange(lab.size) != skip)
+        r = Z[m].mean(0)
+        return r / np.linalg.norm(r)
+
+    better = [Z[v] @ mean_of(own, own[v], v) > Z[v] @ mean_of(own, atlas[v], v) for v in moved]
+    assert np.mean(better) > 0.8
