@@ -2,7 +2,7 @@
 
 from .directional import DirectionalClustering, directional_assign, select_n_clusters
 from .hierarchical import HierarchicalLSD
-from .individual import IterativeIndividualParcellation
+from .individual import IterativeIndividualParcellation, PriorPottsIndividualParcellation
 from .kmeans import KEVD, KMeans, SphericalKMeans
 from .lsd import LSD
 from .multiscale import MultiScaleParcellation
@@ -32,6 +32,7 @@ __all__ = [
     "MeshParcellation",
     "MultiScaleParcellation",
     "IterativeIndividualParcellation",
+    "PriorPottsIndividualParcellation",
     "SPATIAL_OPTIONS",
     "check_spatial_options",
 ]

@@ -116,3 +116,66 @@ def test_a_dask_subject_gives_the_same_map():
     lazy = IterativeIndividualParcellation(group).fit(da.from_array(X, chunks=(16, 80)))
     np.testing.assert_array_equal(here.labels_, lazy.labels_)
     np.testing.assert_allclose(here.confidence_, lazy.confidence_, rtol=1e-12)
+
+
+# ------------------------------------------------------------ the vMF model with the prior
+
+
+def _grid_subject(seed: int, shift: int, noise: float = 1.5, rows: int = 6, width: int = 8,
+                  t: int = 60):  # fmt: skip
+    """A grid of ``rows`` × (6 · width) vertices with :func:`_subject`'s regions as
+    columns (the subject's borders ``shift`` columns right of the group's); each grid row
+    the line's series plus noise of its own."""
+    from lsd_dask.surface import grid_adjacency
+
+    line, group, own = _subject(seed, shift, width=width, t=t, noise=noise)
+    rng = np.random.default_rng(seed + 1)
+    X = np.tile(line, (rows, 1)) + noise * rng.standard_normal((rows * line.shape[0], t))
+    return X, np.tile(group, rows), np.tile(own, rows), grid_adjacency(rows, group.size)
+
+
+def test_prior_potts_confidence_is_the_dense_posterior_and_labels_a_fixed_point():
+    """Run until a round moves nothing: every vertex's label is its best under the
+    combined energy given its neighbours (ICM's fixed point), the cost never rose, and
+    the confidence is the softmax of that energy at the label, computed here in numpy."""
+    from lsd_dask.cluster import PriorPottsIndividualParcellation
+
+    X, group, _, A = _grid_subject(3, shift=3)
+    est = PriorPottsIndividualParcellation(group, A, kappa=30.0, tol=0.0, max_iter=50).fit(X)
+    Z = X - X.mean(1, keepdims=True)
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    ids = est.parcel_ids_
+    lab = np.searchsorted(ids, est.labels_)
+    # the prior: the group's indicators averaged over 4 steps of (D + I)^-1 (A + I), dense
+    Ad = A.toarray()
+    W = (Ad + np.eye(len(Ad))) / (Ad.sum(1, keepdims=True) + 1)
+    P = np.linalg.matrix_power(W, 4) @ np.eye(ids.size)[np.searchsorted(ids, group)]
+    M = np.stack([Z[lab == c].sum(0) for c in range(ids.size)])
+    M /= np.linalg.norm(M, axis=1, keepdims=True)
+    np.testing.assert_allclose(est.means_, M, atol=1e-12)
+    E = 30.0 * Z @ M.T + np.log(np.maximum(P, 1e-4)) + Ad @ np.eye(ids.size)[lab]
+    assert np.all(E[np.arange(lab.size), lab] >= E.max(1) - 1e-9)
+    post = np.exp(E - E.max(1, keepdims=True))
+    post /= post.sum(1, keepdims=True)
+    np.testing.assert_allclose(est.confidence_, post[np.arange(lab.size), lab], rtol=1e-9)
+    history = np.asarray(est.cost_history_)
+    assert np.all(np.diff(history) <= 1e-9 * abs(history[0]))
+
+
+def test_prior_potts_finds_the_subjects_own_borders():
+    from lsd_dask.cluster import PriorPottsIndividualParcellation
+
+    for seed in range(3):
+        X, group, own, A = _grid_subject(seed, shift=3)
+        est = PriorPottsIndividualParcellation(group, A, kappa=30.0).fit(X)
+        assert nmi(own, est.labels_) > nmi(own, group) + 0.1, seed
+
+
+def test_prior_potts_names_bad_settings():
+    from lsd_dask.cluster import PriorPottsIndividualParcellation
+
+    X, group, _, A = _grid_subject(0, shift=0)
+    with pytest.raises(ValueError, match="prior_floor in"):
+        PriorPottsIndividualParcellation(group, A, prior_floor=0).fit(X)
+    with pytest.raises(ValueError, match="connectivity has shape"):
+        PriorPottsIndividualParcellation(group, A[:10, :10]).fit(X)
