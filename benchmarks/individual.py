@@ -35,6 +35,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prior", choices=("vosdewael", "schaefer"), default="vosdewael")
+    ap.add_argument("--scale", type=int, default=400, choices=(100, 200, 300, 400),
+                    help="parcels of the truth (Vos de Wael) and of the prior")
     ap.add_argument("--subjects", type=int, default=3, help="per split")
     ap.add_argument("--timepoints", type=int, default=600)
     ap.add_argument("--border-shift", type=int, default=4)
@@ -44,15 +46,15 @@ def main() -> None:
     study = realistic_study(
         n_subjects=(args.subjects, args.subjects), n_timepoints=args.timepoints,
         border_shift=args.border_shift, border_jitter=args.border_jitter,
-        random_state=args.seed,
+        scale=args.scale, random_state=args.seed,
     )  # fmt: skip
     c = study.cortex
-    prior = load_atlas(args.prior, 400)[c]
+    prior = load_atlas(args.prior, args.scale)[c]
     prior = np.where(prior > 0, prior, -1)
     print(f"realistic study (seed {args.seed}), {len(study.subjects)} subjects x "
           f"{args.timepoints} TRs, border_shift {args.border_shift}, jitter "
-          f"{args.border_jitter}; prior {args.prior}_400; fit on the first half, scored on "
-          "the second")  # fmt: skip
+          f"{args.border_jitter}; prior {args.prior}_{args.scale}; fit on the first half, "
+          "scored on the second")  # fmt: skip
     ap_kappa = args.kappa
     methods = {
         "iterative": lambda: IterativeIndividualParcellation(prior),
