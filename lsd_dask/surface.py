@@ -508,7 +508,8 @@ def smooth_on_mesh(data: Any, adjacency: sp.spmatrix, n_iter: int = 1) -> Any:
 
     Parameters
     ----------
-    data : ndarray or dask array of shape (n_vertices, ...)
+    data : ndarray, dask array or sparse matrix of shape (n_vertices, ...)
+        A sparse matrix (parcel indicators, say) stays sparse: CSR, float64.
     adjacency : sparse matrix of shape (n_vertices, n_vertices)
     n_iter : int
         Steps; see :func:`smoothing_steps` for the steps of a FWHM in mm.
@@ -520,6 +521,11 @@ def smooth_on_mesh(data: Any, adjacency: sp.spmatrix, n_iter: int = 1) -> Any:
     if is_dask(data):
         for _ in range(int(n_iter)):
             out = _dask_step(W, out)
+        return out
+    if sp.issparse(data):
+        out = sp.csr_matrix(data, dtype=np.float64)
+        for _ in range(int(n_iter)):
+            out = sp.csr_matrix(W @ out)
         return out
     if not (isinstance(data, np.ndarray) and data.ndim == 2 and data.dtype.kind == "f"):
         for _ in range(int(n_iter)):

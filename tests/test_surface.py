@@ -316,3 +316,15 @@ def test_smooth_on_mesh_by_column_blocks_equals_the_dense_heat_kernel(seed, n_co
         for _ in range(n_iter):
             step = S._averaging_operator(A) @ step
         np.testing.assert_array_equal(got, step)
+
+
+def test_a_sparse_matrix_is_smoothed_as_its_dense_copy_and_stays_sparse():
+    import scipy.sparse as sp
+
+    from lsd_dask.surface import grid_adjacency, smooth_on_mesh
+
+    A = grid_adjacency(6, 7)
+    onehot = sp.csr_matrix((np.ones(42), (np.arange(42), np.arange(42) // 7)), shape=(42, 6))
+    out = smooth_on_mesh(onehot, A, 3)
+    assert sp.issparse(out)
+    np.testing.assert_allclose(out.toarray(), smooth_on_mesh(onehot.toarray(), A, 3), atol=1e-12)

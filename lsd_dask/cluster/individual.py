@@ -34,6 +34,7 @@ from sklearn.base import BaseEstimator
 from .._validation import Array, check_array, compute
 from ..linalg.reductions import cluster_sums
 from ..similarity import unit_rows
+from ..surface import smooth_on_mesh
 
 __all__ = ["IterativeIndividualParcellation", "PriorPottsIndividualParcellation"]
 
@@ -119,7 +120,7 @@ class IterativeIndividualParcellation(BaseEstimator):  # type: ignore[misc]  # s
         # correlations are dot products of centred unit rows
         (Z,) = compute(unit_rows(X - X.mean(axis=1, keepdims=True)))
         Z = np.asarray(Z)[inside]
-        first = _unit(_sums(Z, index, k))
+        first = unit_rows(_sums(Z, index, k))
         refs, labels = first, index
         self.moved_: list[float] = []
         conf = np.ones(index.size)
@@ -127,7 +128,7 @@ class IterativeIndividualParcellation(BaseEstimator):  # type: ignore[misc]  # s
             if it > 1:
                 core = conf >= self.core_confidence
                 own = _sums(Z[core], labels[core], k)
-                refs = _unit(_unit(own) + self.group_weight / (it - 1) * first)
+                refs = unit_rows(unit_rows(own) + self.group_weight / (it - 1) * first)
             new, conf = _assign(Z, refs)
             moved = float(np.mean(new != labels)) if it > 1 else float(np.mean(new != index))
             self.moved_.append(moved)
@@ -250,7 +251,7 @@ class PriorPottsIndividualParcellation(BaseEstimator):  # type: ignore[misc]  # 
         Z = np.asarray(Z, np.float64)[inside]
         log_prior = self.prior_weight * _log_prior(index, k, A, self.prior_smoothing,
                                                    self.prior_floor)  # fmt: skip
-        state: dict[str, np.ndarray] = {"M": _unit(_sums(Z, index, k))}
+        state: dict[str, np.ndarray] = {"M": unit_rows(_sums(Z, index, k))}
         kappa = float(self.kappa)
 
         def scores() -> np.ndarray:
@@ -258,7 +259,7 @@ class PriorPottsIndividualParcellation(BaseEstimator):  # type: ignore[misc]  # 
             return out
 
         def refit(labels: np.ndarray) -> None:
-            new = _unit(_sums(Z, labels, k))
+            new = unit_rows(_sums(Z, labels, k))
             empty = ~np.any(new, axis=1)  # an emptied parcel keeps its mean
             new[empty] = state["M"][empty]
             state["M"] = new
@@ -279,15 +280,13 @@ class PriorPottsIndividualParcellation(BaseEstimator):  # type: ignore[misc]  # 
 
 
 def _log_prior(index: np.ndarray, k: int, A: Any, steps: int, floor: float) -> np.ndarray:
-    """log π_v(k): the group's parcel indicators averaged over ``steps`` mesh steps (the
-    averaging of :func:`~lsd_dask.surface.smooth_on_mesh`, kept sparse), floored."""
+    """log π_v(k): the group's parcel indicators averaged over ``steps`` mesh steps
+    (:func:`~lsd_dask.surface.smooth_on_mesh`, kept sparse), floored."""
     import scipy.sparse as sp
 
     n = index.size
-    P = sp.csr_matrix((np.ones(n), (np.arange(n), index)), shape=(n, k))
-    W = sp.diags(1.0 / (np.asarray(A.sum(axis=1)).ravel() + 1.0)) @ (A + sp.identity(n))
-    for _ in range(int(steps)):
-        P = sp.csr_matrix(W @ P)
+    onehot = sp.csr_matrix((np.ones(n), (np.arange(n), index)), shape=(n, k))
+    P = smooth_on_mesh(onehot, A, steps)
     out = np.full((n, k), np.log(floor))
     P = P.tocoo()
     out[P.row, P.col] = np.log(np.maximum(P.data, floor))
@@ -325,12 +324,6 @@ def _checked_group(labels: Any, n: int) -> np.ndarray:
 def _sums(Z: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
     (S,) = compute(cluster_sums(Z, labels, k))
     return np.asarray(S, np.float64)
-
-
-def _unit(R: np.ndarray) -> np.ndarray:
-    """Unit rows; a zero row (a parcel with no core vertex) stays zero."""
-    norms = np.linalg.norm(R, axis=1, keepdims=True)
-    return R / np.where(norms > 0, norms, 1.0)
 
 
 def _assign(Z: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -97,12 +97,8 @@ class RealisticStudy(SplitStudy):
         lab = self.labels[self.cortex] - 1
         nc, n_parcels = int(lab.size), int(self.labels.max())
         onehot = sp.csr_matrix((np.ones(nc), (np.arange(nc), lab)), shape=(nc, n_parcels))
-        # the averaging of smooth_on_mesh, kept sparse: a vertex reaches few parcels
-        A = self._adjacency
-        W = sp.diags(1.0 / (np.asarray(A.sum(axis=1)).ravel() + 1.0)) @ (A + sp.identity(nc))
-        S = onehot
-        for _ in range(int(self.border_shift)):
-            S = sp.csr_matrix(W @ S)
+        # kept sparse: a vertex reaches few parcels
+        S = smooth_on_mesh(onehot, self._adjacency, self.border_shift)
         a, b = rng.standard_normal(n_parcels), rng.standard_normal(n_parcels)
         h = _unit_std(smooth_on_mesh(rng.standard_normal(nc), self._adjacency, 10))
         S = S.tocoo()
