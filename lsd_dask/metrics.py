@@ -34,6 +34,7 @@ __all__ = [
     "BACKGROUND",
     "DiceResult",
     "dice_matched",
+    "dice_same_ids",
     "dice_matrix",
     "nmi",
     "ami",
@@ -104,6 +105,31 @@ def dice_matched(labels_a: Any, labels_b: Any, *, background: int | None = None)
     pairs = np.column_stack([ua[rows], ub[cols]]) if rows.size else np.empty((0, 2), np.int64)
     mean = float(dice.mean()) if dice.size else 0.0
     return DiceResult(mean=mean, pairs=pairs, dice=dice, n_regions=(ua.size, ub.size))
+
+
+def dice_same_ids(labels_a: Any, labels_b: Any, *, background: int | None = None) -> float:
+    """Mean Dice of the regions that share an id: for parcellations whose ids already
+    name the same areas (a subject's own parcels and the group's, or two of a subject's
+    maps), ``mean_i 2|A_i ∩ B_i| / (|A_i| + |B_i|)`` over the ids in either (an id in one
+    only scores 0). No matching: a region that moved to another id counts as moved.
+
+    Parameters
+    ----------
+    labels_a, labels_b : array-like of shape (n_samples,)
+    background : int or None, default=None
+        The id of no region.
+    """
+    a, b = _pair(labels_a, labels_b)
+    ids = np.union1d(a, b)
+    if background is not None:
+        ids = ids[ids != background]
+    if ids.size == 0:
+        return 0.0
+    size_a = np.bincount(np.searchsorted(ids, a[np.isin(a, ids)]), minlength=ids.size)
+    size_b = np.bincount(np.searchsorted(ids, b[np.isin(b, ids)]), minlength=ids.size)
+    same = (a == b) & np.isin(a, ids)
+    both = np.bincount(np.searchsorted(ids, a[same]), minlength=ids.size)
+    return float(np.mean(2.0 * both / (size_a + size_b)))
 
 
 def dice_matrix(

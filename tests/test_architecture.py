@@ -101,9 +101,7 @@ def test_the_graph_sees_function_level_and_type_checking_imports(tmp_path):
     assert graph["pkg.a"] == {"pkg.sub.b"}
     assert graph["pkg.sub.b"] == {"pkg.a"}
     assert graph["pkg.sub"] == {"pkg.sub.b"}
-    assert [sorted(c) for c in _strongly_connected(graph) if len(c) > 1] == [
-        ["pkg.a", "pkg.sub.b"]
-    ]
+    assert [sorted(c) for c in _strongly_connected(graph) if len(c) > 1] == [["pkg.a", "pkg.sub.b"]]
 
 
 @pytest.mark.parametrize(

@@ -325,8 +325,14 @@ def test_workers_paused_over_their_memory_end_the_work_in_one_line(in_thread):
     memory = {"target": False, "spill": False, "pause": 0.5, "terminate": False}
     with (
         dask.config.set({f"distributed.worker.memory.{k}": v for k, v in memory.items()}),
-        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="600MB",
-                     host="127.0.0.1", dashboard_address=":0") as cluster,  # fmt: skip
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit="600MB",
+            host="127.0.0.1",
+            dashboard_address=":0",
+        ) as cluster,  # fmt: skip
         Client(cluster) as client,
     ):
         held = client.submit(_hold, 400 * 2**20)

@@ -179,3 +179,19 @@ def test_ami_is_zero_by_chance_where_nmi_is_not():
     a0[:100] = 0
     keep = (a0 != 0) & (b0 != 0)
     assert M.ami(a0, b0, background=0) == pytest.approx(M.ami(a0[keep], b0[keep]))
+
+
+@given(labeling_pairs())
+def test_dice_same_ids_equals_the_loop_over_ids(pair):
+    """Same-id Dice against its definition, one id at a time (an id in one labeling only
+    scores 0); a labeling against itself scores 1."""
+    a, b = (np.asarray(x) for x in pair)
+    ids = [i for i in np.union1d(a, b) if i != 0]
+    if not ids:
+        assert M.dice_same_ids(a, b, background=0) == 0.0
+        return
+    expected = np.mean([2 * np.sum((a == i) & (b == i)) / (np.sum(a == i) + np.sum(b == i))
+                        for i in ids])  # fmt: skip
+    assert M.dice_same_ids(a, b, background=0) == pytest.approx(expected)
+    if np.any(a != 0):
+        assert M.dice_same_ids(a, a, background=0) == 1.0

@@ -55,9 +55,7 @@ def test_stored_outputs_carry_no_machine_paths(path):
     """The outputs stored with a notebook (``python notebooks/execute.py``) name its
     folder ``<notebook folder>``, not the temporary folder of the machine that ran it."""
     nb = nbformat.read(path, as_version=4)
-    text = "".join(
-        str(o) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-    )
+    text = "".join(str(o) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert text, f"{path.name} has no stored outputs"
     for root in ("/tmp/", "/home/", "/Users/", "/private/var/", "/work/"):
         assert root not in text, f"{path.name}'s stored outputs name a path under {root}"

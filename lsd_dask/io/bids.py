@@ -70,7 +70,16 @@ _LABEL = re.compile(r"^[A-Za-z0-9]+$")
 
 #: what a run writes beside the BIDS files, for the BIDS validator to skip (``.bidsignore``;
 #: the validator matches a folder by its bare name, ``work``, not ``work/``)
-BIDS_IGNORE = ("report.json", "report.html", "*.png", "*.log", "work", "surfaces")
+#: (a subject's confidence map: BIDS names no suffix for a surface scalar map)
+BIDS_IGNORE = (
+    "report.json",
+    "report.html",
+    "*.png",
+    "*.log",
+    "work",
+    "surfaces",
+    "*_confidence.shape.gii",
+)
 
 
 @functools.cache

@@ -45,6 +45,7 @@ __all__ = [
     "read_hemisphere",
     "label_table",
     "write_label_gifti",
+    "write_shape_gifti",
     "write_dlabel",
     "cifti_vertices",
     "write_func_gifti",
@@ -351,6 +352,22 @@ def write_label_gifti(
     )
     img = nib.gifti.GiftiImage(labeltable=table, darrays=[darray], meta=meta)
     return _atomic_save(img, Path(path))
+
+
+def write_shape_gifti(
+    path: str | os.PathLike[str], values: np.ndarray, *, hemisphere: str, name: str | None = None
+) -> Path:
+    """A ``.shape.gii`` of one float32 value per vertex for one hemisphere (a scalar map,
+    Workbench's metric file; ``name`` names the map)."""
+    structure = "CortexLeft" if hemisphere == "left" else "CortexRight"
+    darray = nib.gifti.GiftiDataArray(
+        np.ascontiguousarray(values, np.float32),
+        intent="NIFTI_INTENT_SHAPE",
+        datatype="NIFTI_TYPE_FLOAT32",
+        meta=nib.gifti.GiftiMetaData({"Name": name} if name else {}),
+    )
+    meta = nib.gifti.GiftiMetaData({"AnatomicalStructurePrimary": structure})
+    return _atomic_save(nib.gifti.GiftiImage(darrays=[darray], meta=meta), Path(path))
 
 
 def write_dlabel(

@@ -8,9 +8,7 @@ import pytest
 import lsd_dask.cluster as cluster
 from lsd_dask._validation import ClippedEigenvalueWarning
 
-ESTIMATORS = [
-    obj for name in cluster.__all__ if isinstance(obj := getattr(cluster, name), type)
-]
+ESTIMATORS = [obj for name in cluster.__all__ if isinstance(obj := getattr(cluster, name), type)]
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda c: c.__name__)

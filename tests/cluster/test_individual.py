@@ -44,7 +44,7 @@ def _reference(X, group, weight, core, max_iter, tol):
         live = np.linalg.norm(refs, axis=1) > 0  # a parcel with no core vertex: r = 0
         C = np.zeros((X.shape[0], refs.shape[0]))
         with np.errstate(invalid="ignore"):
-            C[:, live] = np.corrcoef(X, refs[live])[: X.shape[0], X.shape[0]:]
+            C[:, live] = np.corrcoef(X, refs[live])[: X.shape[0], X.shape[0] :]
         new = C.argmax(1)
         s = np.sort(C, axis=1)
         conf = np.maximum(s[:, -1], 1e-6) / np.maximum(s[:, -2], 1e-6)

@@ -201,9 +201,7 @@ def test_hierarchical_splits_the_least_similar_leaf_first_and_dask_agrees():
     assert [s.parent for s in h.tree_] == chosen
     # the data tell the greedy order from splitting the oldest leaf first
     assert chosen != oldest
-    np.testing.assert_allclose(
-        h.leaf_similarity_, [w(rows(node)) for node in final], rtol=1e-9
-    )
+    np.testing.assert_allclose(h.leaf_similarity_, [w(rows(node)) for node in final], rtol=1e-9)
     hd = HierarchicalLSD(6).fit(da.from_array(X, chunks=(100, 25)))
     assert type(hd.labels_) is np.ndarray and type(hd.leaf_labels_) is np.ndarray
     np.testing.assert_array_equal(hd.leaf_labels_, h.leaf_labels_)
@@ -306,9 +304,7 @@ def test_polished_splits_are_two_means_fixed_points(similarity):
     for split in h.tree_:
         parent = members[split.parent]
         sides = [members[c] for c in split.children]
-        scores = [
-            K[np.ix_(parent, s)].sum(axis=1) / np.sqrt(K[np.ix_(s, s)].sum()) for s in sides
-        ]
+        scores = [K[np.ix_(parent, s)].sum(axis=1) / np.sqrt(K[np.ix_(s, s)].sum()) for s in sides]
         on_right = np.isin(parent, sides[1])
         np.testing.assert_array_equal(scores[1] > scores[0], on_right)
     paper = clone(h).set_params(split_iter=0).fit(X if similarity == "cosine" else K)

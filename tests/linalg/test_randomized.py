@@ -1114,9 +1114,7 @@ def test_only_a_basis_that_starts_a_plain_power_pass_is_an_lu(
 
     rng = np.random.default_rng(3)
     lat = np.linalg.qr(rng.standard_normal((600, 60)))[0] * np.geomspace(50, 2, 60)
-    X = (lat @ rng.standard_normal((60, 400)) + rng.standard_normal((600, 400))).astype(
-        np.float32
-    )
+    X = (lat @ rng.standard_normal((60, 400)) + rng.standard_normal((600, 400))).astype(np.float32)
     calls = []
     lu = passes._lu_basis
     monkeypatch.setattr(passes, "_lu_basis", lambda y: calls.append(y.shape) or lu(y))

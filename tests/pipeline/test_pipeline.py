@@ -248,7 +248,10 @@ def test_a_variants_options_reach_its_fit_and_a_change_refits_it_alone(tmp_path,
     report = run_pipeline(cfg, log=lambda line: None)
     assert {r["method"] for r in report["scores"]} == {"spherical_kmeans", "skm_spatial", "ward"}
     assert report["config"]["methods"][1] == {
-        **SPATIAL_OPTIONS, **variant, "features": "us", "fine_fit": "per_k"
+        **SPATIAL_OPTIONS,
+        **variant,
+        "features": "us",
+        "fine_fit": "per_k",
     }  # (spherical k-means has no Potts refinement: a fine fit per K)
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")

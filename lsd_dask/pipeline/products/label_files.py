@@ -43,6 +43,8 @@ from .citations import (
     method_references,
     run_references,
 )
+from .individuals import write_individual_files
+from .matching import matched_labels
 from .scores import sidecar_sections
 
 __all__ = ["write_outputs"]
@@ -57,9 +59,9 @@ def write_outputs(
     ``command`` (the command line, when there is one) goes into
     ``dataset_description.json``.
     """
-    from ...plotting import match_labels, parcel_colours, plot_dice_vs_k, plot_parcellations
+    from ...plotting import plot_dice_vs_k, plot_parcellations
 
-    cfg, wd, meshes, sizes, A = ctx.cfg, ctx.wd, ctx.meshes, ctx.sizes, ctx.adjacency
+    cfg, wd, meshes, sizes = ctx.cfg, ctx.wd, ctx.meshes, ctx.sizes
     out, splits = cfg.output, list(ctx.splits)
     held_out = bool(cfg.held_out)
     files += [
@@ -106,13 +108,7 @@ def write_outputs(
                 )
                 for split in splits
             ]
-            labs = {split: wd.load_npy(wd.labels(split, spec.name, k)) for split in splits}
-            # later splits take the ids of the first split's parcels they overlap most, so
-            # parcel 7 names the same region in every split (and gets the same colour)
-            for split in splits[1:]:
-                labs[split] = match_labels(labs[splits[0]], labs[split])
-            n = max(int(v.max(initial=0)) for v in labs.values())
-            colours = parcel_colours(list(labs.values()), A, n)
+            labs, colours = matched_labels(ctx, spec.name, k)
             for split, lab in labs.items():
                 ent = {**template, "atlas": atlas_label(spec.name, k, split), "scale": str(k)}
                 title = f"{spec.name} K={k} {split}"
@@ -151,6 +147,7 @@ def write_outputs(
                         label_dir / bids_name(ent, "dseg", ".json"), json.dumps(sidecar, indent=2)
                     )
                 )
+    write_individual_files(ctx, files, template=template, vertices=vertices, common=common)
     files.append(plot_dice_vs_k(scores, out / "dice_vs_k.png"))
     # every method and split at the middle K, in colours matched to the first row
     k = sorted(cfg.ks)[len(cfg.ks) // 2]

@@ -12,6 +12,7 @@ import yaml
 
 from ...io.atomic import atomic_write_text
 from ..engine.contract import Column
+from .individuals import individual_html
 from .scores import compared_columns, table_columns
 
 __all__ = ["write_report_html"]
@@ -45,6 +46,7 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
     if report.get("feature_blur"):
         parts.append(_blur_table(report["feature_blur"]))
     parts += _subjects(report)
+    parts += individual_html(report.get("individual"))
     parts.append("<h2>Figures</h2>")
     for fig in figures:
         data = base64.b64encode(Path(fig).read_bytes()).decode("ascii")

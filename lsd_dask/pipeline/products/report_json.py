@@ -20,6 +20,7 @@ from ..engine.context import RunContext
 from ..stages.evaluation import atlas_rows
 from ..stages.preprocess import subject_qc
 from .citations import methods_text
+from .individuals import cohort_summary
 from .recommend import recommend
 from .report_html import write_report_html
 from .scores import scores_explained
@@ -58,6 +59,7 @@ def write_report(
         "recommendation": recommend(rows),
         "scores": rows,
         "atlases": atlas_rows(ctx),
+        **({"individual": individual} if (individual := cohort_summary(ctx)) else {}),
         "scores_explained": scores_explained(ctx),
         "timings_s": timings,
         "outputs": [str(p.relative_to(out)) for p in files],

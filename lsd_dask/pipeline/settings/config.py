@@ -30,6 +30,7 @@ from . import files
 from .atlases import AtlasSpec
 from .bids import BidsSettings
 from .files import minimum_of, setting
+from .individual import IndividualSettings
 from .methods import MethodSpec, default_methods, numbers, parse_methods
 from .preprocess import PreprocessSettings
 from .splits import check_splits, halve
@@ -186,6 +187,14 @@ class PipelineConfig:
         note=(
             "published parcellations scored beside the run's: schaefer_100..400, "
             "vosdewael_100..400, or {name, dlabel: f.dlabel.nii} / {name, left, right}"
+        ),
+    )
+    #: each subject's own parcels from a group prior (:mod:`.individual`); None: none
+    individual: IndividualSettings | None = setting(
+        None,
+        note=(
+            "each subject's own parcels from a group prior: true, or {method: prior_potts | "
+            "iterative, prior: <method | atlas>, ks: [...]} (null: none)"
         ),
     )
 

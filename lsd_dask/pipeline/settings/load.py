@@ -14,10 +14,11 @@ from ...cluster import SPATIAL_OPTIONS
 from ...io.settings_yaml import read_settings
 from ...io.surface_files import timepoint_count
 from . import files
-from .atlases import parse_atlases
+from .atlases import BUILTIN_ATLASES, AtlasSpec, parse_atlases
 from .bids import BidsSettings, bids_subjects
 from .config import INTEGER_SETTINGS, PipelineConfig, check_features, integer_settings
 from .files import minimum_of
+from .individual import IndividualSettings
 from .methods import check_options, default_methods, parse_methods
 from .preprocess import PreprocessSettings
 from .splits import halve
@@ -94,6 +95,15 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
             "splits: a mapping of split name to a list of subject ids, random, or null."
         )
     mesh, mesh_source = files.mesh(raw.get("mesh"), base, subjects[0])
+    ks = [files.int_setting(k, "ks", minimum_of(PipelineConfig, "ks")) for k in ks]
+    atlases = parse_atlases(raw.get("compare_atlases"), base)
+    individual = IndividualSettings.from_raw(
+        raw.get("individual"), methods=[m.name for m in methods],
+        atlases=[a.name for a in atlases], ks=ks,
+    )  # fmt: skip
+    if individual is not None and individual.prior in BUILTIN_ATLASES:
+        if all(a.name != individual.prior for a in atlases):  # scored beside, as the prior
+            atlases.append(AtlasSpec(individual.prior))
     cfg = PipelineConfig(
         subjects=subjects,
         mesh=mesh,
@@ -105,7 +115,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         output=files.resolve(raw.get("output", "lsd_dask_output"), base),
         splits={str(k): [str(i) for i in v] for k, v in splits.items()} if splits else None,
         methods=methods,
-        ks=[files.int_setting(k, "ks", minimum_of(PipelineConfig, "ks")) for k in ks],
+        ks=ks,
         svd=svd,
         nonfinite=str(raw.get("nonfinite", _default("nonfinite"))),
         cluster=files.cluster(raw.get("cluster"), base),
@@ -119,7 +129,8 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         preprocess=PreprocessSettings.from_mapping(
             files.mapping(raw.get("preprocess"), "preprocess"), where, base
         ),
-        compare_atlases=parse_atlases(raw.get("compare_atlases"), base),
+        compare_atlases=atlases,
+        individual=individual,
     )
     cfg.validate()
     return cfg

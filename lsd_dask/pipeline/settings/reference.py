@@ -4,7 +4,8 @@ Every key's default comes from the dataclass or mapping that defines it
 (:class:`~lsd_dask.pipeline.settings.config.PipelineConfig`,
 :class:`~lsd_dask.pipeline.settings.svd.SvdSettings`,
 :class:`~lsd_dask.pipeline.settings.preprocess.PreprocessSettings`,
-:class:`~lsd_dask.pipeline.settings.bids.BidsSettings`, the spatial options of
+:class:`~lsd_dask.pipeline.settings.bids.BidsSettings`,
+:class:`~lsd_dask.pipeline.settings.individual.IndividualSettings`, the spatial options of
 :data:`lsd_dask.cluster.SPATIAL_OPTIONS`); :func:`note` says what each key does: a spatial
 option's note is its parameter's description in
 :class:`~lsd_dask.cluster.MeshParcellation`'s docstring (so a new option is one estimator
@@ -27,6 +28,7 @@ import yaml
 from ...cluster import SPATIAL_OPTIONS, MeshParcellation
 from .bids import BidsSettings
 from .config import PipelineConfig
+from .individual import IndividualSettings
 from .load import PIPELINE_KEYS
 from .methods import DEFAULT_METHOD
 from .preprocess import PreprocessSettings
@@ -88,10 +90,16 @@ _EXAMPLES: dict[str, Any] = {
     "subjects": [{"id": "sub-01", "cifti": "data/sub-01.dtseries.nii"}],
     "globs": {"cifti": "data/*.dtseries.nii"},
     "bids": {"root": "fmriprep/", "participant_label": ["01", "02"], "task": "rest"},
+    "individual": {"method": "prior_potts", "prior": None, "ks": None},
 }
 
 #: sections whose keys are listed one by one
-_SECTIONS = {"svd": SvdSettings, "preprocess": PreprocessSettings, "bids": BidsSettings}
+_SECTIONS = {
+    "svd": SvdSettings,
+    "preprocess": PreprocessSettings,
+    "bids": BidsSettings,
+    "individual": IndividualSettings,
+}
 
 
 def defaults() -> dict[str, Any]:
@@ -105,7 +113,7 @@ def defaults() -> dict[str, Any]:
         elif key == "preprocess":
             out[key] = PreprocessSettings().to_dict()
         elif key == "bids":
-            out[key] = {f.name: _field_default(f) for f in fields(BidsSettings)}
+            out[key] = _section_defaults(key)
         elif key == "methods":
             out[key] = [dict(DEFAULT_METHOD)]
         elif key == "output":
@@ -144,6 +152,7 @@ def markdown_reference() -> str:
     for key in _keys():
         value = values[key]
         if key in _SECTIONS:
+            value = value if value is not None else _section_defaults(key)  # a section off
             rows.append(f"| `{key}` | | {note(key)} |")
             for sub, v in value.items():
                 rows.append(f"| `{key}.{sub}` | `{_flow(v)}` | {note(f'{key}.{sub}')} |")
@@ -176,6 +185,11 @@ def _keys() -> list[str]:
     first += ["methods", "ks", "svd", "min_region_size", "features", *SPATIAL_OPTIONS]
     rest = sorted(PIPELINE_KEYS - set(first))
     return [k for k in first if k in PIPELINE_KEYS] + rest
+
+
+def _section_defaults(key: str) -> dict[str, Any]:
+    """A section's keys at their defaults."""
+    return {f.name: _field_default(f) for f in fields(_SECTIONS[key])}
 
 
 def _field_default(f: Field[Any]) -> Any:

@@ -7,6 +7,7 @@ from ..engine.contract import Stage
 from .blur import BlurStage
 from .cluster import ClusterStage
 from .evaluation import EvaluationStage
+from .individual import IndividualStage
 from .ingest import IngestStage
 from .split_half import SplitHalfStage
 from .svd import SvdStage
@@ -22,4 +23,5 @@ STAGES: list[Stage] = [
     EvaluationStage(),
     TimeHalvesStage(),
     SplitHalfStage(),
+    IndividualStage(),
 ]

@@ -29,10 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..._version import __version__
 from ...datasets.templates import medial_wall
 from ...distributed import active_client, show_progress
-from ...io.bids_index import confounds_files
 from ...io.zarr_store import SplitWriter, build_split
 from ...surface import smoothing_steps
 from ..engine.context import RunContext
@@ -40,17 +38,14 @@ from ..engine.contract import StageBase, Unit
 from ..engine.log import Log, bar
 from ..engine.workdir import (
     WorkDir,
-    content_digest,
-    file_content_identity,
-    file_identity,
     fingerprint,
 )
 from ..settings.atlases import check_coverage
 from ..settings.config import PipelineConfig
-from ..settings.preprocess import subject_t_r_of
+from .inputs import ingest_key, mask_key, subject_inputs
 from .reading import check_flat, read_subject
 
-__all__ = ["IngestStage", "check_kept", "input_identities"]
+__all__ = ["IngestStage", "check_kept"]
 
 #: what the mask's record keeps of each subject
 _COUNTS = ("constant", "nonfinite", "timepoints")
@@ -67,14 +62,18 @@ class IngestStage(StageBase):
 
     def plan(self, ctx: RunContext) -> list[Unit]:
         cfg, wd = ctx.cfg, ctx.wd
-        mask_key = _mask_key(cfg, ctx.sizes, ctx.log, ctx.template)
         by_id = {s.subject: s for s in cfg.subjects}
+        masked = mask_key(cfg, ctx.sizes, ctx.log, ctx.template)
+        # each subject's inputs, for the stages that stamp a subject at a time
+        ctx.shared["subject_inputs"] = {
+            s["id"]: {**s, **subject_inputs(cfg, by_id[s["id"]])} for s in masked["subjects"]
+        }
         return [
-            Unit("mask", mask_key, [wd.mask, wd.mask_info]),
+            Unit("mask", masked, [wd.mask, wd.mask_info]),
             *(
                 Unit(
                     f"ingest/{split}",
-                    _ingest_key(cfg, fingerprint(mask_key), [by_id[i] for i in ids], ctx.meshes),
+                    ingest_key(cfg, fingerprint(masked), [by_id[i] for i in ids], ctx.meshes),
                     [wd.store(split)],
                     label=split,
                     item=split,
@@ -180,63 +179,6 @@ def _smoothing(ctx: RunContext, kept: np.ndarray | None) -> tuple[int, Any]:
         f"{ctx.cfg.preprocess.smoothing_mm:g} mm ({steps} averaging steps)"
     )
     return steps, A
-
-
-def _mask_key(cfg: PipelineConfig, sizes: list[int], log: Log, wall: str | None) -> dict[str, Any]:
-    identity = input_identities(cfg, log)
-    return {
-        "subjects": [
-            {
-                "id": s.subject,
-                "files": [identity[str(p)] for p in s.paths],
-                "time_slice": s.time_slice,
-            }
-            for s in cfg.subjects
-        ],
-        "hemisphere_sizes": sizes,
-        "nonfinite": cfg.nonfinite,
-        "medial_wall": wall,
-        "lsd_dask": __version__,
-    }
-
-
-def input_identities(cfg: PipelineConfig, log: Log) -> dict[str, dict[str, Any]]:
-    """Each input file's identity, by path: its size and modification time
-    (``input_identity: stat``), or a hash of its content (``content``: every byte read
-    again on each run, one task per file on the workers when a cluster is active)."""
-    paths = [str(p) for s in cfg.subjects for p in s.paths]
-    if cfg.input_identity == "stat":
-        return {p: file_identity(p) for p in paths}
-    log(f"[ingest] hashing the content of {len(paths)} input file(s)")
-    client = active_client()
-    if client is None:
-        return {p: file_content_identity(p) for p in paths}
-    futures = client.map(file_content_identity, paths, pure=False)
-    return dict(zip(paths, client.gather(futures), strict=True))
-
-
-def _ingest_key(
-    cfg: PipelineConfig, mask_fingerprint: str, subjects: list[Any], meshes: dict[str, Any]
-) -> dict[str, Any]:
-    pp = cfg.preprocess
-    ids = [s.subject for s in subjects]
-    key: dict[str, Any] = {"mask": mask_fingerprint, "subjects": ids, "layout": 2}
-    if pp.active:  # absent when off, so stores written before this option stay current
-        key["preprocess"] = pp.to_dict()
-        if pp.smoothing_mm > 0:  # the blur follows the mesh: another mesh, other data
-            key["mesh"] = [
-                content_digest(m.vertices) + content_digest(m.faces) for m in meshes.values()
-            ]
-        identity = file_identity if cfg.input_identity == "stat" else file_content_identity
-        if pp.confounds is not None:
-            key["confound_files"] = [identity(pp.confound_path(i)) for i in ids]
-        if pp.denoise is not None:  # fMRIPrep's TSV and its sidecar (compcor's components)
-            key["denoise_files"] = [
-                [identity(f) for f in confounds_files(s.paths[0])] for s in subjects
-            ]
-        if pp.band_pass:
-            key["t_r"] = [subject_t_r_of(cfg.preprocess, s) for s in subjects]
-    return key
 
 
 def _run(

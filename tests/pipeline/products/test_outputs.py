@@ -20,6 +20,7 @@ from lsd_dask.io.bids import bids_name, find_atlas_folder, parse_bids_name, surf
 from lsd_dask.io.surface_files import write_dtseries, write_surface_gifti
 from lsd_dask.plotting import dseg_colormap
 from lsd_dask.testing.bids_validator import bids_validator_errors
+from lsd_dask.testing.xcp_d import XCP_D_ATLAS_CONFIG
 
 matplotlib.use("Agg")
 
@@ -382,17 +383,6 @@ def test_the_bids_validator_finds_no_error(run):
     for method in ("directional", "spherical_kmeans"):
         path = out / f"atlas-{method.replace('_', '')}10split1_description.json"
         assert json.loads(path.read_text())["AtlasName"] == f"lsd-dask {method} K=10 split1"
-
-
-#: the entities xcp_d adds to pybids' to read atlas datasets (its
-#: ``data/atlas_bids_config.json``): pybids knows neither ``tpl`` nor ``cohort``
-XCP_D_ATLAS_CONFIG = {
-    "name": "atlas",
-    "entities": [
-        {"name": "template", "pattern": "[_/\\\\]+tpl-([a-zA-Z0-9+]+)", "directory": "{template}"},
-        {"name": "cohort", "pattern": "[_/\\\\]+cohort-([a-zA-Z0-9+]+)", "directory": "{cohort}"},
-    ],
-}
 
 
 def test_pybids_and_xcp_ds_atlas_selection_find_one_image_per_name(run):

@@ -63,7 +63,7 @@ def test_the_printed_defaults_are_what_a_file_without_them_gets(tmp_path, study)
     inputs = {k: minimal[k] for k in ("subjects", "mesh")}
     printed = yaml.safe_load(commented_defaults())
     assert printed == {
-        k: v for k, v in defaults().items() if k not in ("subjects", "globs", "bids")
+        k: v for k, v in defaults().items() if k not in ("subjects", "globs", "bids", "individual")
     }
     full = tmp_path / "full.yaml"
     full.write_text(yaml.safe_dump({**printed, **inputs}))

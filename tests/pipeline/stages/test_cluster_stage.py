@@ -252,8 +252,13 @@ def test_a_shared_fine_fit_refits_only_the_ks_it_changes(in_process, study):
     kept = np.load(wd / "mask.npy").astype(bool)
     meshes = list(study.meshes.values())
     A = mesh_adjacency([m.faces for m in meshes], [m.n_vertices for m in meshes])
-    one = MeshParcellation(DirectionalClustering(), connectivity=A[kept][:, kept].tocsr(),
-                           spatial_weight=1.0, oversegment=2.0, random_state=cfg.random_state)
+    one = MeshParcellation(
+        DirectionalClustering(),
+        connectivity=A[kept][:, kept].tocsr(),
+        spatial_weight=1.0,
+        oversegment=2.0,
+        random_state=cfg.random_state,
+    )
     est = MultiScaleParcellation(one, [3, 4, 8, 9]).fit(svd_features(U, s))
     for k in (3, 4, 8, 9):
         lab = third[f"split1_dir_merged_K{k}.npy"]

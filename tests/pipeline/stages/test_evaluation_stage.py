@@ -39,9 +39,7 @@ def test_held_out_scores_equal_the_measures_on_the_other_splits_features(tmp_pat
         assert direction["silhouette"]["value"] == pytest.approx(
             ev.neighbour_silhouette(Z2, lab1, A)
         )
-        assert direction["pca_homogeneity"]["value"] == pytest.approx(
-            ev.pca_homogeneity(Z2, lab1)
-        )
+        assert direction["pca_homogeneity"]["value"] == pytest.approx(ev.pca_homogeneity(Z2, lab1))
         assert direction["pca_homogeneity"]["z"] is None  # no null for Gordon's
         mean = np.mean([saved[d]["homogeneity"]["value"] for d in saved if d != "mean"])
         assert row["heldout_homogeneity"] == pytest.approx(mean)

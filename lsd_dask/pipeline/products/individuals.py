@@ -1,0 +1,286 @@
+"""Each participant's own parcels as products: the cohort's summary for the report
+(:func:`cohort_summary`) and the per-participant BIDS files (:func:`write_individual_files`)."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ... import evaluation as ev
+from ...io.atomic import atomic_write_text
+from ...io.bids import bids_label, bids_name, lookup_table
+from ...io.surface_files import write_dlabel, write_label_gifti, write_shape_gifti
+from ...metrics import dice_same_ids
+from ..engine.context import RunContext
+from .matching import matched_labels
+
+__all__ = ["BETWEEN_SUBJECTS", "cohort_summary", "individual_html", "write_individual_files"]
+
+#: the participants each one's between-subject Dice is taken against (the next ones)
+BETWEEN_SUBJECTS = 10
+
+
+def cohort_summary(ctx: RunContext) -> dict[str, Any] | None:
+    """Every participant's scores per prior, its between-subject Dice (its half-1 map
+    against the half-2 maps of the next :data:`BETWEEN_SUBJECTS` participants), and the
+    cohort's means, spreads and the share of participants whose own parcels score above
+    the prior; None without the stage."""
+    results = ctx.results.get("individual")
+    if not results:
+        return None
+    results = {u: r for u, r in results.items() if r is not None}
+    units = list(results)
+    kept = ctx.kept
+    labels = {
+        u: ctx.wd.load_npy(
+            ctx.wd.folder.join("individual", f"{results[u]['participant']}_labels.npy"), mmap=True
+        )
+        for u in units
+    }  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for i, u in enumerate(units):
+        n_others = min(BETWEEN_SUBJECTS, len(units) - 1)
+        others = [units[(i + d) % len(units)] for d in range(1, n_others + 1)]
+        for p, entry in enumerate(results[u]["priors"]):
+            between = [
+                dice_same_ids(labels[u][p, 1][kept], labels[o][p, 2][kept], background=0)
+                for o in others
+            ]
+            row: dict[str, Any] = {
+                "participant": results[u]["participant"], "split": results[u]["split"],
+                "prior": entry["prior"], "k": entry["k"],
+            }  # fmt: skip
+            for who in ("own", "group"):
+                for m in ev.MEASURES:
+                    row[f"{who}_{m.name}"] = entry[who]["mean"][m.name]
+                    row[f"{who}_{m.name}_z"] = entry[who]["mean"][f"{m.name}_z"]
+            row.update(
+                within_dice=entry["within_dice"],
+                between_dice=float(np.mean(between)) if between else None,
+                moved=entry["moved"],
+                confidence_mean=entry["confidence_mean"],
+                seconds=entry["seconds"]["all"],
+            )
+            rows.append(row)
+    return {"rows": rows, "summary": _summarise(rows)}
+
+
+def _summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per K: each measure's cohort mean and sd, own and group, and the share above."""
+    out = []
+    for k in sorted({r["k"] for r in rows}):
+        mine = [r for r in rows if r["k"] == k]
+        entry: dict[str, Any] = {
+            "k": k, "prior": mine[0]["prior"].split(" (")[0], "participants": len(mine),
+        }  # fmt: skip
+        for m in ev.MEASURES:
+            for who in ("own", "group"):
+                vals = np.array([r[f"{who}_{m.name}"] for r in mine])
+                entry[f"{who}_{m.name}"] = float(vals.mean())
+                entry[f"{who}_{m.name}_sd"] = float(vals.std())
+            sign = 1.0 if m.higher_is_better else -1.0
+            better = [sign * (r[f"own_{m.name}"] - r[f"group_{m.name}"]) > 0 for r in mine]
+            entry[f"share_own_better_{m.name}"] = float(np.mean(better))
+        for name in ("within_dice", "between_dice", "moved", "confidence_mean", "seconds"):
+            vals = np.array([r[name] for r in mine if r[name] is not None], float)
+            entry[name] = float(vals.mean()) if vals.size else None
+            entry[f"{name}_sd"] = float(vals.std()) if vals.size else None
+        out.append(entry)
+    return out
+
+
+def individual_html(section: dict[str, Any] | None) -> list[str]:
+    """The report's section: per K, each measure's cohort mean ± sd for the prior and for
+    the participants' own parcels, the share of participants whose own score better, the
+    within- and between-subject Dice; then every participant's row (folded)."""
+    if not section:
+        return []
+    e = html.escape
+    measures = [m for m in ev.MEASURES if m.spin_null]
+    head = ("K", "prior", "participants", *(f"{m.title}: prior / own (better)" for m in measures),
+            "Dice within / between", "moved", "s per fit")  # fmt: skip
+    body = []
+    for s in section["summary"]:
+        cells = [str(s["k"]), e(s["prior"]), str(s["participants"])]
+        cells += [
+            f"{s[f'group_{m.name}']:.3f} ± {s[f'group_{m.name}_sd']:.3f} / "
+            f"{s[f'own_{m.name}']:.3f} ± {s[f'own_{m.name}_sd']:.3f} "
+            f"({100 * s[f'share_own_better_{m.name}']:.0f} %)"
+            for m in measures
+        ]
+        between = s["between_dice"]
+        cells += [
+            f"{s['within_dice']:.3f} / " + ("–" if between is None else f"{between:.3f}"),
+            f"{100 * s['moved']:.1f} %",
+            f"{s['seconds']:.1f}",
+        ]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    cols = ("participant", "split", "K", *(f"{m.title} prior / own" for m in measures),
+            "Dice within", "Dice between", "confidence")  # fmt: skip
+    rows = []
+    for r in section["rows"]:
+        cells = [e(f"sub-{r['participant']}"), e(r["split"]), str(r["k"])]
+        cells += [f"{r[f'group_{m.name}']:.3f} / {r[f'own_{m.name}']:.3f}" for m in measures]
+        cells += [f"{r['within_dice']:.3f}",
+                  "–" if r["between_dice"] is None else f"{r['between_dice']:.3f}",
+                  f"{r['confidence_mean']:.3f}"]  # fmt: skip
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return [
+        "<h2>Each participant's own parcels</h2>",
+        "<p id='individual'>Each participant's parcels fitted from the group prior on one half "
+        "of its time points and scored on the other half (both ways), beside the prior scored "
+        "on the same half; mean ± sd over the participants, and the share of participants "
+        "whose own parcels score better. Dice within: the participant's two halves' maps; "
+        "between: its first half's map against other participants' second halves (the same "
+        "parcel ids, no matching). An individual map should be closer to itself than to "
+        "other people's.</p>",
+        "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>",
+        *body,
+        "</table>",
+        "<details><summary>Each participant</summary><table><tr>"
+        + "".join(f"<th>{e(h)}</th>" for h in cols)
+        + "</tr>",
+        *rows,
+        "</table></details>",
+    ]
+
+
+def write_individual_files(
+    ctx: RunContext,
+    files: list[Path],
+    *,
+    template: dict[str, str],
+    vertices: dict[str, np.ndarray] | None,
+    common: dict[str, Any],
+) -> None:
+    """Each participant's own parcels per prior as BIDS derivatives under
+    ``sub-<label>/anat/``: a ``_dseg.label.gii`` per hemisphere (a ``.dlabel.nii`` too for
+    CIFTI input), the ``.tsv`` look-up table and the ``.json`` sidecar (the settings, the
+    prior, the held-out scores), and the confidence as a ``_confidence.shape.gii`` per
+    hemisphere. Ids and colours are the prior's as its own label files write them, so
+    parcel i names one area in the group's files and every participant's."""
+    from ...plotting import parcel_colours
+
+    results = ctx.results.get("individual") or {}
+    settings = ctx.cfg.individual
+    if not results or settings is None:
+        return
+    wd, sizes, out = ctx.wd, ctx.sizes, ctx.cfg.output
+    prior = str(settings.prior)
+    written: dict[tuple[str, int], tuple[dict[str, np.ndarray], np.ndarray]] = {}
+    for result in results.values():
+        label, split = result["participant"], result["split"]
+        stem = wd.folder.join("individual", label)
+        labels = wd.load_npy(f"{stem}_labels.npy")
+        confidence = wd.load_npy(f"{stem}_confidence.npy")
+        folder = out / f"sub-{label}" / "anat"
+        for p, entry in enumerate(result["priors"]):
+            k = int(entry["k"])
+            if settings.prior_is_method([m.name for m in ctx.cfg.methods]):
+                other = next(s for s in ctx.splits if s != split)
+                if (prior, k) not in written:
+                    written[prior, k] = matched_labels(ctx, prior, k)
+                labs, colours = written[prior, k]
+                raw = wd.load_npy(wd.labels(other, prior, k))
+                ids = np.zeros(int(raw.max(initial=0)) + 1, np.int32)
+                ids[raw] = labs[other]  # the other split's ids as its label files write them
+                atlas = f"{bids_label(prior)}{k}{bids_label(settings.method)}"
+            else:
+                atlas_ids = ctx.atlases[prior]
+                if (prior, 0) not in written:
+                    n = int(atlas_ids.max(initial=0))
+                    written[prior, 0] = (
+                        {}, parcel_colours([atlas_ids], ctx.adjacency, n)
+                    )  # fmt: skip
+                colours = written[prior, 0][1]
+                ids = np.arange(int(atlas_ids.max(initial=0)) + 1, dtype=np.int32)
+                atlas = f"{bids_label(prior)}{bids_label(settings.method)}"
+            lab = ids[labels[p, 0]]
+            ent = {"sub": label, "space": template["tpl"], "den": template["den"],
+                   "atlas": atlas, "scale": str(k)}  # fmt: skip
+            title = f"sub-{label} {settings.method} from {entry['prior']}"
+            for hemi, part, conf in (
+                ("left", lab[: sizes[0]], confidence[p, : sizes[0]]),
+                ("right", lab[sizes[0] :], confidence[p, sizes[0] :]),
+            ):
+                h = {"hemi": hemi[0].upper(), **ent}
+                files.append(
+                    write_label_gifti(
+                        folder / bids_name(h, "dseg", ".label.gii"),
+                        part,
+                        hemisphere=hemi,
+                        colours=colours,
+                        name=title,
+                    )
+                )
+                files.append(
+                    write_shape_gifti(
+                        folder / bids_name(h, "confidence", ".shape.gii"),
+                        conf,
+                        hemisphere=hemi,
+                        name=f"{title}: confidence",
+                    )
+                )
+            if vertices is not None:
+                files.append(
+                    write_dlabel(
+                        folder / bids_name(ent, "dseg", ".dlabel.nii"),
+                        lab,
+                        sizes,
+                        name=title,
+                        colours=colours,
+                        vertices=vertices,
+                    )
+                )
+            files.append(
+                atomic_write_text(
+                    folder / bids_name(ent, "dseg", ".tsv"),
+                    lookup_table(colours, ids=np.unique(lab)),
+                )
+            )
+            sidecar = {**common, **_sidecar(ctx, result, entry, lab)}
+            files.append(atomic_write_text(folder / bids_name(ent, "dseg", ".json"),
+                                           json.dumps(sidecar, indent=2)))  # fmt: skip
+
+
+def _sidecar(
+    ctx: RunContext, result: dict[str, Any], entry: dict[str, Any], labels: np.ndarray
+) -> dict[str, Any]:
+    """What a participant's ``_dseg.json`` says: how its parcels were made and scored."""
+    settings = ctx.cfg.individual
+    assert settings is not None
+    label = result["participant"]
+    confidence = (
+        "the posterior probability of the vertex's parcel given its neighbours' (0 to 1)"
+        if settings.method == "prior_potts"
+        else "the vertex's best correlation with a parcel's reference over its second best (>= 1)"
+    )
+    return {
+        "Description": (
+            f"sub-{label}'s own parcellation of the cortex: the group parcellation "
+            f"{entry['prior']} adjusted to the participant's data ({result['timepoints']} time "
+            f"points) by {settings.method}; ids and colours are the prior's; 0 is background."
+        ),
+        "Method": settings.method,
+        "Prior": entry["prior"],
+        "NumberOfParcels": int(np.unique(labels[labels > 0]).size),
+        "Participant": label,
+        "Runs": result["runs"],
+        "TimePoints": result["timepoints"],
+        "Confidence": f"the _confidence.shape.gii beside this file: {confidence}",
+        "MovedFromPrior": entry["moved"],
+        "HeldOutScores": {
+            "Description": (
+                "fitted on one half of each run's time points, scored on the other half, "
+                "both ways; the prior scored on the same halves"
+            ),
+            "Own": entry["own"]["mean"],
+            "Prior": entry["group"]["mean"],
+            "WithinSubjectDice": entry["within_dice"],
+        },
+        "RandomState": ctx.cfg.random_state,
+    }

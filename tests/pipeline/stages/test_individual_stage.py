@@ -1,0 +1,186 @@
+"""The individual stage in real runs: each participant's own parcels from the other split's
+group parcellation (tasks on a real cluster) or from an atlas (in this process); their
+held-out scores against the dense measures, the BIDS files the validator, pybids and
+xcp_d's selection read, the report's section, and a participant's map unchanged when
+others join the run."""
+
+from __future__ import annotations
+
+import json
+
+import nibabel as nib
+import numpy as np
+import pytest
+import yaml
+
+from lsd_dask import evaluation as ev
+from lsd_dask.datasets import surface_study
+from lsd_dask.distributed import connect
+from lsd_dask.io.bids import find_atlas_folder, parse_bids_name
+from lsd_dask.io.surface_files import write_label_gifti
+from lsd_dask.pipeline import load_config, run_pipeline, write_study
+from lsd_dask.surface import two_hemisphere_mesh
+from lsd_dask.testing.bids_validator import bids_validator_errors
+from lsd_dask.testing.xcp_d import XCP_D_ATLAS_CONFIG
+
+
+@pytest.fixture(scope="module")
+def own_prior_run(tmp_path_factory, study, scheduler_address):
+    """The small study with ``individual: true`` (prior_potts, the other split's
+    directional parcels at K = 5 and 10), its participants as tasks on the cluster."""
+    folder = tmp_path_factory.mktemp("individual")
+    write_study(study, folder, fmt="gifti")
+    cfg = load_config(folder / "pipeline.yaml", ks=[5, 10], spins=100, null_repeats=2,
+                      individual=True)  # fmt: skip
+    logs: list[str] = []
+    with connect(scheduler_address):
+        report = run_pipeline(cfg, log=logs.append)
+    return cfg, report, logs
+
+
+def test_own_parcels_are_scored_as_the_dense_measures_beside_their_prior(own_prior_run, study):
+    cfg, report, logs = own_prior_run
+    work = cfg.output / "work"
+    kept = np.load(work / "mask.npy")
+    assert any(line.startswith("[individual] 4 participant(s) as tasks") for line in logs)
+    for split, ids in study.splits.items():
+        other = next(s for s in study.splits if s != split)
+        for sid in ids:
+            label = sid.removeprefix("sub-")
+            saved = json.loads((work / "individual" / f"{label}.json").read_text())
+            labels = np.load(work / "individual" / f"{label}_labels.npy")
+            X = study.subject_data(sid)[kept]
+            half = X.shape[1] // 2
+            Z = {"half1": ev.unit_series(X[:, :half]), "half2": ev.unit_series(X[:, half:])}
+            for p, k in enumerate((5, 10)):
+                entry = saved["priors"][p]
+                assert entry["prior"] == f"directional K={k} ({other})"
+                prior = np.load(work / "labels" / f"{other}_directional_K{k}.npy")[kept]
+                for i, (fitted, held) in enumerate((("half1", "half2"), ("half2", "half1"))):
+                    own = entry["own"][f"{fitted}_on_{held}"]["homogeneity"]["value"]
+                    lab = labels[p, 1 + i][kept]
+                    assert own == pytest.approx(ev.homogeneity(Z[held], lab), rel=1e-4)
+                    grp = entry["group"][f"on_{held}"]["homogeneity"]["value"]
+                    assert grp == pytest.approx(ev.homogeneity(Z[held], prior), rel=1e-4)
+                    assert entry["own"][f"{fitted}_on_{held}"]["homogeneity"]["z"] is not None
+                # every kept vertex labelled, with the prior's ids; the moved share as stated
+                assert set(np.unique(labels[p, 0][kept])) <= set(np.unique(prior))
+                assert entry["moved"] == pytest.approx(np.mean(labels[p, 0][kept] != prior))
+                assert 0 < entry["within_dice"] <= 1
+    section = report["individual"]
+    assert len(section["rows"]) == 8 and [s["k"] for s in section["summary"]] == [5, 10]
+    for s in section["summary"]:
+        assert s["participants"] == 4
+        mean = np.mean([r["own_homogeneity"] for r in section["rows"] if r["k"] == s["k"]])
+        assert s["own_homogeneity"] == pytest.approx(mean)
+        assert 0 <= s["share_own_better_homogeneity"] <= 1
+        assert s["between_dice"] is not None
+    page = (cfg.output / "report.html").read_text()
+    assert "<h2>Each participant's own parcels</h2>" in page and "sub-001" in page
+
+
+def test_participant_files_pass_the_validator_and_read_back(own_prior_run, study):
+    """The validator finds no error; each dseg reads back with nibabel in the ids and
+    colours of the prior's own label file; the confidence maps are the work folder's."""
+    cfg, report, _ = own_prior_run
+    out, work = cfg.output, cfg.output / "work"
+    assert bids_validator_errors(out) == []
+    group = find_atlas_folder(out)
+    sizes = [m.n_vertices for m in study.meshes.values()]
+    for row in report["individual"]["rows"]:
+        label, k, split = row["participant"], row["k"], row["split"]
+        other = next(s for s in study.splits if s != split)
+        anat = out / f"sub-{label}" / "anat"
+        files = sorted(anat.glob(f"*atlas-directional{k}priorpotts_*"))
+        kinds = sorted(parse_bids_name(f.name)[1:] for f in files)
+        assert kinds == [("confidence", ".shape.gii")] * 2 + [("dseg", ".json")] + [
+            ("dseg", ".label.gii")] * 2 + [("dseg", ".tsv")]  # fmt: skip
+        own = np.concatenate([
+            nib.load(anat / f"sub-{label}_hemi-{h}_space-custom_atlas-directional{k}priorpotts"
+                     f"_scale-{k}_den-{sizes[0]}_dseg.label.gii").darrays[0].data
+            for h in "LR"
+        ])  # fmt: skip
+        prior = np.concatenate([
+            nib.load(next(group.glob(f"*hemi-{h}_atlas-directional{k}{other}_*dseg.label.gii")))
+            .darrays[0].data for h in "LR"
+        ])  # fmt: skip
+        sidecar = json.loads(next(anat.glob(f"*directional{k}priorpotts*_dseg.json")).read_text())
+        kept = np.load(work / "mask.npy")
+        # the same ids as the prior's file: the unmoved vertices agree with it
+        assert np.mean(own[kept] == prior[kept]) == pytest.approx(1 - sidecar["MovedFromPrior"])
+        assert sidecar["Prior"] == f"directional K={k} ({other})"
+        assert sidecar["HeldOutScores"]["Own"]["homogeneity"] == pytest.approx(
+            row["own_homogeneity"]
+        )
+        confidence = np.concatenate([
+            nib.load(next(anat.glob(f"*hemi-{h}_*directional{k}priorpotts*_confidence.shape.gii")))
+            .darrays[0].data for h in "LR"
+        ])  # fmt: skip
+        saved = np.load(work / "individual" / f"{label}_confidence.npy")[(5, 10).index(k)]
+        np.testing.assert_array_equal(confidence, saved)
+        assert np.all((confidence[kept] > 0) & (confidence[kept] <= 1))
+
+
+def test_xcp_d_selection_finds_each_participants_atlas_with_a_subject_filter(own_prior_run):
+    """xcp_d's atlas query (``layout.get(atlas=..., suffix="dseg", extension=...)``),
+    replayed with pybids and its atlas entities: with the participant as a filter (what
+    subject-specific atlases need of it) it finds one image per participant and atlas,
+    with its own table and sidecar; the group atlases are still found one per name."""
+    from bids.layout import BIDSLayout
+
+    cfg, report, _ = own_prior_run
+    out = cfg.output
+    layout = BIDSLayout(out, config=["bids", "derivatives", XCP_D_ATLAS_CONFIG], validate=False)
+    for row in report["individual"]["rows"]:
+        atlas = f"directional{row['k']}priorpotts"
+        found = layout.get(subject=row["participant"], atlas=atlas, suffix="dseg",
+                           extension=".label.gii", hemi="L", return_type="file")  # fmt: skip
+        assert len(found) == 1, found
+        stem = found[0].replace("hemi-L_", "").removesuffix(".label.gii")
+        assert layout.get_nearest(found[0], extension=".tsv", strict=False) == stem + ".tsv"
+        assert layout.get_nearest(found[0], extension=".json", strict=False) == stem + ".json"
+    for image in find_atlas_folder(out).glob("*hemi-L_*_dseg.label.gii"):
+        ent, _, _ = parse_bids_name(image.name)
+        found = layout.get(atlas=ent["atlas"], suffix="dseg", extension=".label.gii",
+                           hemi="L", return_type="file")  # fmt: skip
+        assert found == [str(image)]
+
+
+def test_a_participants_map_stays_when_others_join(tmp_path):
+    """With an atlas prior, a second run with two more participants computes only theirs:
+    the first four are skipped and their labels are byte for byte the first run's."""
+    study = surface_study(
+        two_hemisphere_mesh(6, 7, radius=50.0), n_parcels=10, n_subjects=(3, 3),
+        n_timepoints=60, medial_wall_fraction=0.1, noise_std=0.7, random_state=1,
+    )  # fmt: skip
+    write_study(study, tmp_path, fmt="gifti")
+    sizes = [m.n_vertices for m in study.meshes.values()]
+    for h, part in (("left", study.labels[: sizes[0]]), ("right", study.labels[sizes[0] :])):
+        write_label_gifti(tmp_path / f"truth_{h}.label.gii", part, hemisphere=h)
+    raw = yaml.safe_load((tmp_path / "pipeline.yaml").read_text())
+    everyone, splits = raw["subjects"], study.splits
+    late = [splits["split1"][-1], splits["split2"][-1]]
+    raw.update(
+        ks=[5], spins=0, null_repeats=1,
+        subjects=[s for s in everyone if s["id"] not in late],
+        splits={name: [i for i in ids if i not in late] for name, ids in splits.items()},
+        compare_atlases=[{"name": "truth", "left": "truth_left.label.gii",
+                          "right": "truth_right.label.gii"}],
+        individual={"method": "iterative", "prior": "truth"},
+    )  # fmt: skip
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    run_pipeline(load_config(tmp_path / "pipeline.yaml"), log=lambda line: None)
+    work = tmp_path / "results" / "work" / "individual"
+    before = {p.name: p.read_bytes() for p in work.glob("*_labels.npy")}
+    assert len(before) == 4
+    raw.update(subjects=everyone, splits=splits)
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    logs: list[str] = []
+    run_pipeline(load_config(tmp_path / "pipeline.yaml"), log=logs.append)
+    skipped = [line for line in logs if line.startswith("[individual]") and "skipped" in line]
+    assert len(skipped) == 4
+    after = {p.name: p.read_bytes() for p in work.glob("*_labels.npy")}
+    assert {n: after[n] for n in before} == before
+    assert sorted(set(after) - set(before)) == sorted(
+        f"{i.removeprefix('sub-')}_labels.npy" for i in late
+    )
