@@ -54,7 +54,8 @@ def main() -> None:
         help="svd: the SVD stage instead (each split's U and singular values again)",
     )  # fmt: skip
     ap.add_argument(
-        "--compare", type=Path,
+        "--compare",
+        type=Path,
         help="a work folder whose outputs to compare with (default: the run's own), e.g. "
         "one --keep made with another version of the library",
     )

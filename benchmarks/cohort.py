@@ -272,8 +272,17 @@ def write_inputs(inputs: Path, n_subjects: int, timepoints: int) -> None:
     shutil.rmtree(inputs, ignore_errors=True)
     subprocess.run(
         [
-            sys.executable, "-m", "lsd_dask.cli", "synth", str(inputs), "--format", "zarr",
-            "--subjects", str(n_subjects), "--timepoints", str(timepoints),
+            sys.executable,
+            "-m",
+            "lsd_dask.cli",
+            "synth",
+            str(inputs),
+            "--format",
+            "zarr",
+            "--subjects",
+            str(n_subjects),
+            "--timepoints",
+            str(timepoints),
         ],  # fmt: skip
         check=True,
         stdout=sys.stderr,  # stdout carries the table only
@@ -500,8 +509,7 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
         print(
             "| ingest + svd, every run | "
             + " | ".join(
-                ", ".join(f"{v:.3f}" for v in results[s].get("ingest_svd_runs", []))
-                for s in sizes
+                ", ".join(f"{v:.3f}" for v in results[s].get("ingest_svd_runs", [])) for s in sizes
             )
             + " |"
         )
@@ -536,8 +544,9 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
         ("client peak (GB)", lambda r: max(u["client_peak"] for u in r["usage"].values()) / 1e9),
         (
             "worker peak (GB)",
-            lambda r: max(max(u["worker_peak"].values(), default=0) for u in r["usage"].values())
-            / 1e9,
+            lambda r: (
+                max(max(u["worker_peak"].values(), default=0) for u in r["usage"].values()) / 1e9
+            ),
         ),
         ("store files / subject", lambda r: r["store_files_per_subject"]),
         ("stamp bytes / subject", lambda r: r["stamp_bytes"] / (2 * r["subjects_per_split"])),

@@ -226,8 +226,14 @@ class StageMeter:
         self.interval = interval
         self.usage = {
             s: {
-                "client_peak": 0, "worker_peak": {}, "read": 0, "written": 0,
-                "client_cpu": 0.0, "worker_cpu": 0.0, "client_sys": 0.0, "worker_sys": 0.0,
+                "client_peak": 0,
+                "worker_peak": {},
+                "read": 0,
+                "written": 0,
+                "client_cpu": 0.0,
+                "worker_cpu": 0.0,
+                "client_sys": 0.0,
+                "worker_sys": 0.0,
             }  # fmt: skip
             for s in STAGES
         }

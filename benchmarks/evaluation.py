@@ -180,9 +180,7 @@ def main() -> None:
                 pa, pb = (split_connected(x, A, min_size=20) for x in (a, b))
                 dice = metrics.dice_matched(pa, pb, background=0)
                 nmi = (
-                    np.mean([metrics.nmi(truth, x) for x in (a, b)])
-                    if truth is not None
-                    else None
+                    np.mean([metrics.nmi(truth, x) for x in (a, b)]) if truth is not None else None
                 )
                 print(_line(k, name, f"{dice.n_regions[0]}/{dice.n_regions[1]}", both,
                             dice.mean, nmi), flush=True)  # fmt: skip

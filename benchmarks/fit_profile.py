@@ -39,8 +39,11 @@ def main() -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--methods", nargs="+", default=["directional", "spherical_kmeans"])
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--algorithm", help="the estimators' algorithm (default: theirs), e.g. "
-                    "'lloyd' for spherical k-means' every-row steps")
+    ap.add_argument(
+        "--algorithm",
+        help="the estimators' algorithm (default: theirs), e.g. "
+        "'lloyd' for spherical k-means' every-row steps",
+    )
     ap.add_argument("--mesh", type=Path, nargs=2, metavar=("LEFT", "RIGHT"))
     args = ap.parse_args()
     U = np.load(args.work / f"{args.split}_U.npy")
@@ -56,8 +59,10 @@ def main() -> None:
         gflops = 2 * 4000 * 4000 * 1000 / (time.perf_counter() - t0) / 1e9
         print(f"{n} x {d} features; float32 GEMM {gflops:.0f} GFLOP/s on one thread")
         plain: dict[int, float] = {}
-        print("| method | K | seconds | iterations | s / iteration | bound / iteration "
-              "| rows checked, last 5 iterations |")
+        print(
+            "| method | K | seconds | iterations | s / iteration | bound / iteration "
+            "| rows checked, last 5 iterations |"
+        )
         print("|---|---|---|---|---|---|---|")
         for method in args.methods:
             for k in args.ks:
@@ -76,8 +81,10 @@ def main() -> None:
                 bound = 2 * n * d * k / (gflops * 1e9)
                 checked = getattr(est, "rows_checked_", None)
                 share = " ".join(f"{c / n:.2f}" for c in checked[-5:]) if checked else "all"
-                print(f"| {method} | {k} | {sec:.1f} | {it} | {sec / it:.2f} | {bound:.2f} "
-                      f"| {share} |")
+                print(
+                    f"| {method} | {k} | {sec:.1f} | {it} | {sec / it:.2f} | {bound:.2f} "
+                    f"| {share} |"
+                )
                 if prof:
                     pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
                 if method == "directional":
@@ -146,12 +153,14 @@ def _default_variant(
     for _ in range(10):
         np.count_nonzero(lab[coo.row] != lab[coo.col])
     edge_pass = (time.perf_counter() - t) / 10
-    print(f"\nphases (s): fine fit's plain iterations {plain_it:.1f}; Potts phases {potts:.1f} "
-          f"({rounds} score products {scores:.1f}, their GEMM bound {bound:.1f}; ICM "
-          f"{icm:.1f}, region moves {moves:.1f}); "
-          f"merges {merge:.2f} ({merges} calls); one pass over the mesh's {coo.nnz // 2} edges "
-          f"{edge_pass * 1e3:.1f} ms; float32 GEMM {gflops:.0f} GFLOP/s: a product at K "
-          f"costs 2·{n}·{d}·K / rate, {2 * n * d * 400 / (gflops * 1e9):.2f} s at K = 400")
+    print(
+        f"\nphases (s): fine fit's plain iterations {plain_it:.1f}; Potts phases {potts:.1f} "
+        f"({rounds} score products {scores:.1f}, their GEMM bound {bound:.1f}; ICM "
+        f"{icm:.1f}, region moves {moves:.1f}); "
+        f"merges {merge:.2f} ({merges} calls); one pass over the mesh's {coo.nnz // 2} edges "
+        f"{edge_pass * 1e3:.1f} ms; float32 GEMM {gflops:.0f} GFLOP/s: a product at K "
+        f"costs 2·{n}·{d}·K / rate, {2 * n * d * 400 / (gflops * 1e9):.2f} s at K = 400"
+    )
 
 
 if __name__ == "__main__":

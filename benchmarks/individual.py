@@ -35,8 +35,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prior", choices=("vosdewael", "schaefer"), default="vosdewael")
-    ap.add_argument("--scale", type=int, default=400, choices=(100, 200, 300, 400),
-                    help="parcels of the truth (Vos de Wael) and of the prior")
+    ap.add_argument(
+        "--scale",
+        type=int,
+        default=400,
+        choices=(100, 200, 300, 400),
+        help="parcels of the truth (Vos de Wael) and of the prior",
+    )
     ap.add_argument("--subjects", type=int, default=3, help="per split")
     ap.add_argument("--timepoints", type=int, default=600)
     ap.add_argument("--border-shift", type=int, default=4)

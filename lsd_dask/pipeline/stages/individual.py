@@ -55,7 +55,15 @@ from .held_out import (
     vertex_pairs,
 )
 
-__all__ = ["FITS", "IndividualStage", "Prior", "fit_participant", "participant_label", "priors_of"]
+__all__ = [
+    "FITS",
+    "IndividualStage",
+    "ParticipantJob",
+    "Prior",
+    "fit_participant",
+    "participant_label",
+    "priors_of",
+]
 
 #: the fits of each prior, in the labels file's order
 FITS = ("all", "half1", "half2")
@@ -73,7 +81,7 @@ class Prior:
 
 
 @dataclass(frozen=True)
-class _Job:
+class ParticipantJob:
     """One participant: its label, split, runs (the store's arrays), priors and outputs."""
 
     label: str
@@ -132,7 +140,7 @@ class IndividualStage(StageBase):
                         },  # fmt: skip
                         outputs,
                         label=f"sub-{label}",
-                        item=_Job(label, split, runs, blocks, priors, outputs),
+                        item=ParticipantJob(label, split, runs, blocks, priors, outputs),
                     )
                 )
         return units
@@ -165,7 +173,7 @@ class IndividualStage(StageBase):
             }
             log(f"[individual] {len(todo)} participant(s) as tasks on {len(client.nthreads())} "
                 "workers")  # fmt: skip
-            done: Iterator[tuple[_Job, Any]] = finished(client, futures)
+            done: Iterator[tuple[ParticipantJob, Any]] = finished(client, futures)
         else:
             done = (
                 (
@@ -182,7 +190,7 @@ class IndividualStage(StageBase):
 
 
 def fit_participant(
-    job: _Job,
+    job: ParticipantJob,
     settings: IndividualSettings,
     A: Any,
     kept: np.ndarray,
@@ -280,7 +288,7 @@ def _participants(owners: dict[str, str], ids: list[str]) -> dict[str, list[str]
     return out
 
 
-def _summary(job: _Job, result: dict[str, Any]) -> str:
+def _summary(job: ParticipantJob, result: dict[str, Any]) -> str:
     """One log line per participant: its first prior's held-out homogeneity, own/group."""
     first = result["priors"][0]
     own, grp = first["own"]["mean"]["homogeneity"], first["group"]["mean"]["homogeneity"]
