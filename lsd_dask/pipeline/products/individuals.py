@@ -26,32 +26,38 @@ BETWEEN_SUBJECTS = 10
 
 def cohort_summary(ctx: RunContext) -> dict[str, Any] | None:
     """Every participant's scores per prior, its between-subject Dice (its half-1 map
-    against the half-2 maps of the next :data:`BETWEEN_SUBJECTS` participants), and the
-    cohort's means, spreads and the share of participants whose own parcels score above
-    the prior; None without the stage."""
+    against the half-2 maps of the next :data:`BETWEEN_SUBJECTS` participants with the same
+    prior, whose ids are its own), and the cohort's means, spreads and the share of
+    participants whose own parcels score above the prior; None without the stage."""
     results = ctx.results.get("individual")
     if not results:
         return None
     results = {u: r for u, r in results.items() if r is not None}
-    units = list(results)
     kept = ctx.kept
     labels = {
         u: ctx.wd.load_npy(
             ctx.wd.folder.join("individual", f"{results[u]['participant']}_labels.npy"), mmap=True
         )
-        for u in units
+        for u in results
     }  # fmt: skip
+    # the participants of each prior (a method prior: one split's), in the run's order
+    sharing: dict[str, list[str]] = {}
+    for u, result in results.items():
+        for entry in result["priors"]:
+            sharing.setdefault(entry["prior"], []).append(u)
     rows: list[dict[str, Any]] = []
-    for i, u in enumerate(units):
-        n_others = min(BETWEEN_SUBJECTS, len(units) - 1)
-        others = [units[(i + d) % len(units)] for d in range(1, n_others + 1)]
-        for p, entry in enumerate(results[u]["priors"]):
+    for u, result in results.items():
+        for p, entry in enumerate(result["priors"]):
+            peers = sharing[entry["prior"]]
+            i = peers.index(u)
+            others = [peers[(i + d) % len(peers)]
+                      for d in range(1, min(BETWEEN_SUBJECTS, len(peers) - 1) + 1)]  # fmt: skip
             between = [
                 dice_same_ids(labels[u][p, 1][kept], labels[o][p, 2][kept], background=0)
                 for o in others
             ]
             row: dict[str, Any] = {
-                "participant": results[u]["participant"], "split": results[u]["split"],
+                "participant": result["participant"], "split": result["split"],
                 "prior": entry["prior"], "k": entry["k"],
             }  # fmt: skip
             for who in ("own", "group"):

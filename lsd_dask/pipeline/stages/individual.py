@@ -208,10 +208,10 @@ def fit_participant(
     # each run cut in two, as the time-halves evaluation cuts them
     cuts = [(a, a + (b - a) // 2, b) for a, b in blocks.block_bounds]
     halves = {
-        "half1": np.hstack([X[:, a:m] for a, m, _ in cuts]),
-        "half2": np.hstack([X[:, m:b] for _, m, b in cuts]),
+        "half1": _columns(X, [(a, m) for a, m, _ in cuts]),
+        "half2": _columns(X, [(m, b) for _, m, b in cuts]),
     }
-    Z = {h: ev.unit_series(H).astype(np.float32) for h, H in halves.items()}
+    Z = {h: np.asarray(ev.unit_series(H), np.float32) for h, H in halves.items()}
     r = {h: ev.pair_correlations(Zh, pairs) for h, Zh in Z.items()}
     null = spin_nulls_from(nulls, kept, Z, pairs, r)
     n = kept.size
@@ -277,6 +277,13 @@ def priors_of(ctx: RunContext, split: str) -> list[Prior]:
 def participant_label(participant: str) -> str:
     """A participant's BIDS label: its id without ``sub-``, letters and digits only."""
     return bids_label(participant.removeprefix("sub-"))
+
+
+def _columns(X: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+    """The columns of ``spans``: a view for one run, a copy for several."""
+    if len(spans) == 1:
+        return X[:, spans[0][0] : spans[0][1]]
+    return np.hstack([X[:, a:b] for a, b in spans])
 
 
 def _participants(owners: dict[str, str], ids: list[str]) -> dict[str, list[str]]:

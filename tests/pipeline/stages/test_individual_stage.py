@@ -75,6 +75,16 @@ def test_own_parcels_are_scored_as_the_dense_measures_beside_their_prior(own_pri
         assert s["own_homogeneity"] == pytest.approx(mean)
         assert 0 <= s["share_own_better_homogeneity"] <= 1
         assert s["between_dice"] is not None
+    # between: a participant's first-half map against its split peer's second half (the same
+    # prior, so the same ids), by the definition of Dice per id
+    for row in section["rows"]:
+        peer = next(i for i in study.splits[row["split"]] if i != f"sub-{row['participant']}")
+        p = (5, 10).index(row["k"])
+        a = np.load(work / "individual" / f"{row['participant']}_labels.npy")[p, 1][kept]
+        b = np.load(work / "individual" / f"{peer.removeprefix('sub-')}_labels.npy")[p, 2][kept]
+        ids = np.setdiff1d(np.union1d(a, b), [0])
+        dice = [2 * np.sum((a == i) & (b == i)) / (np.sum(a == i) + np.sum(b == i)) for i in ids]
+        assert row["between_dice"] == pytest.approx(np.mean(dice))
     page = (cfg.output / "report.html").read_text()
     assert "<h2>Each participant's own parcels</h2>" in page and "sub-001" in page
 
