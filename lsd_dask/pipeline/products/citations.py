@@ -11,6 +11,7 @@ import numpy as np
 from ... import evaluation
 from ...io.bids import bids_label
 from ..settings.methods import MethodSpec
+from .references import REFERENCES
 
 __all__ = [
     "REFERENCES",
@@ -21,155 +22,6 @@ __all__ = [
     "run_references",
 ]
 
-
-def _ref(kind: str, authors: list[str], title: str, year: int, **more: Any) -> dict[str, Any]:
-    """A CFF reference entry; ``authors`` as "Family, Given" strings."""
-    people = []
-    for person in authors:
-        family, _, given = person.partition(", ")
-        people.append({"family-names": family, "given-names": given} if given else {"name": person})
-    return {"type": kind, "authors": people, "title": title, "year": year, **more}
-
-
-#: key -> CFF reference of the papers a run may rest on
-REFERENCES: dict[str, dict[str, Any]] = {
-    "directional": _ref(
-        "article",
-        ["Blumensath, Thomas"],
-        "Directional clustering through matrix factorization",
-        2016,
-        journal="IEEE Transactions on Neural Networks and Learning Systems",
-        volume=27,
-        issue="10",
-        start="2095",
-        end="2107",
-        doi="10.1109/TNNLS.2015.2505060",
-    ),
-    "lsd": _ref(
-        "article",
-        ["Arora, Raman", "Gupta, Maya R.", "Kapila, Amol", "Fazel, Maryam"],
-        "Similarity-based clustering by left-stochastic matrix factorization",
-        2013,
-        journal="Journal of Machine Learning Research",
-        volume=14,
-        start="1715",
-        end="1746",
-    ),
-    "spectral": _ref(
-        "conference-paper",
-        ["Ng, Andrew Y.", "Jordan, Michael I.", "Weiss, Yair"],
-        "On spectral clustering: analysis and an algorithm",
-        2001,
-        **{"collection-title": "Advances in Neural Information Processing Systems 14"},
-    ),
-    "spherical_kmeans": _ref(
-        "article",
-        ["Dhillon, Inderjit S.", "Modha, Dharmendra S."],
-        "Concept decompositions for large sparse text data using clustering",
-        2001,
-        journal="Machine Learning",
-        volume=42,
-        start="143",
-        end="175",
-        doi="10.1023/A:1007612920971",
-    ),
-    "kmeans": _ref(
-        "article",
-        ["Lloyd, Stuart P."],
-        "Least squares quantization in PCM",
-        1982,
-        journal="IEEE Transactions on Information Theory",
-        volume=28,
-        issue="2",
-        start="129",
-        end="137",
-        doi="10.1109/TIT.1982.1056489",
-    ),
-    "ward": _ref(
-        "article",
-        ["Ward, Joe H."],
-        "Hierarchical grouping to optimize an objective function",
-        1963,
-        journal="Journal of the American Statistical Association",
-        volume=58,
-        issue="301",
-        start="236",
-        end="244",
-        doi="10.1080/01621459.1963.10500845",
-    ),
-    "randomized_svd": _ref(
-        "article",
-        ["Halko, Nathan", "Martinsson, Per-Gunnar", "Tropp, Joel A."],
-        "Finding structure with randomness: probabilistic algorithms for constructing "
-        "approximate matrix decompositions",
-        2011,
-        journal="SIAM Review",
-        volume=53,
-        issue="2",
-        start="217",
-        end="288",
-        doi="10.1137/090771806",
-    ),
-    "homogeneity": _ref(
-        "article",
-        [
-            "Schaefer, Alexander",
-            "Kong, Ru",
-            "Gordon, Evan M.",
-            "Laumann, Timothy O.",
-            "Zuo, Xi-Nian",
-            "Holmes, Avram J.",
-            "Eickhoff, Simon B.",
-            "Yeo, B. T. Thomas",
-        ],
-        "Local-global parcellation of the human cerebral cortex from intrinsic functional "
-        "connectivity MRI",
-        2018,
-        journal="Cerebral Cortex",
-        volume=28,
-        issue="9",
-        start="3095",
-        end="3114",
-        doi="10.1093/cercor/bhx179",
-    ),
-    "dcbc": _ref(
-        "article",
-        [
-            "Zhi, Da",
-            "King, Maedbh",
-            "Hernandez-Castillo, Carlos R.",
-            "Diedrichsen, Jörn",
-        ],
-        "Evaluating brain parcellations using the distance-controlled boundary coefficient",
-        2022,
-        journal="Human Brain Mapping",
-        volume=43,
-        issue="12",
-        start="3706",
-        end="3720",
-        doi="10.1002/hbm.25878",
-    ),
-    "spin": _ref(
-        "article",
-        [
-            "Alexander-Bloch, Aaron F.",
-            "Shou, Haochang",
-            "Liu, Siyuan",
-            "Satterthwaite, Theodore D.",
-            "Glahn, David C.",
-            "Shinohara, Russell T.",
-            "Vandekar, Simon N.",
-            "Raznahan, Armin",
-        ],
-        "On testing for spatial correspondence between maps of human brain structure and function",
-        2018,
-        journal="NeuroImage",
-        volume=178,
-        start="540",
-        end="551",
-        doi="10.1016/j.neuroimage.2018.05.070",
-    ),
-}
 
 #: the method of :data:`~lsd_dask.pipeline.settings.methods.METHODS` -> its papers' keys
 _METHOD_PAPERS = {
@@ -196,14 +48,23 @@ def method_references(spec: MethodSpec) -> list[str]:
     return keys
 
 
-def run_references(methods: list[MethodSpec], *, held_out: bool) -> list[str]:
-    """Keys of :data:`REFERENCES` for a whole run, methods first, then the measures."""
+def run_references(
+    methods: list[MethodSpec], *, held_out: bool, individual: str | None = None
+) -> list[str]:
+    """Keys of :data:`REFERENCES` for a whole run, methods first, then the measures, then
+    the individual parcels' method (``individual``: its name, when the run makes them)."""
     keys: list[str] = []
     for spec in methods:
         keys += [key for key in method_references(spec) if key not in keys]
     if held_out:
         keys += [k for k in _measure_papers() if k not in keys]
+    if individual is not None:
+        keys.append(_INDIVIDUAL_PAPERS[individual])
     return keys
+
+
+#: the individual parcels' method (:mod:`..settings.individual`) -> its paper's key
+_INDIVIDUAL_PAPERS = {"prior_potts": "kong2019", "iterative": "wang2015"}
 
 
 def citation_line(key: str) -> str:
@@ -345,6 +206,26 @@ def methods_text(report: dict[str, Any], methods: list[MethodSpec]) -> str:
             f"homogeneity {cite('homogeneity')}, the distance-controlled boundary coefficient "
             f"{cite('dcbc')} and the neighbour silhouette{null}; the two splits' parcellations "
             "were compared by split-half Dice."
+        )
+    individual = cfg.get("individual")
+    if individual:
+        prior = individual["prior"]
+        from_run = any(m.get("name") == prior for m in cfg.get("methods", []))
+        where = (
+            f"parcellation {prior!r} of the other split, fitted without the participant" if from_run
+            else f"the atlas {prior}"
+        )  # fmt: skip
+        how = (
+            "von Mises-Fisher parcels on the participant's series with a spatial prior from it "
+            "(each parcel's indicator averaged over 4 mesh steps) and a Potts term on the mesh, "
+            f"after the multi-session hierarchical Bayesian model {cite('kong2019')}"
+            if individual["method"] == "prior_potts"
+            else f"iterative adjustment {cite('wang2015')}"
+        )
+        parts.append(
+            f"Each participant's own parcellation was made from {where} by {how}. It was "
+            "fitted on each half of the participant's time points and scored on the other "
+            "half, beside the prior scored on the same half."
         )
     refs = [f"{i}. {citation_line(k)}" for i, k in enumerate(cited, 1)]
     return " ".join(parts) + ("\n\nReferences\n" + "\n".join(refs) if refs else "")

@@ -77,7 +77,14 @@ def write_outputs(
         write_citation(
             out / "CITATION.cff",
             version=__version__,
-            references=[REFERENCES[k] for k in run_references(cfg.methods, held_out=held_out)],
+            references=[
+                REFERENCES[k]
+                for k in run_references(
+                    cfg.methods,
+                    held_out=held_out,
+                    individual=cfg.individual.method if cfg.individual else None,
+                )
+            ],  # fmt: skip
         ),
     ]
     # the input's own brain models, when every subject is CIFTI

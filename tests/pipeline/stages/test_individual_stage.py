@@ -87,6 +87,13 @@ def test_own_parcels_are_scored_as_the_dense_measures_beside_their_prior(own_pri
         assert row["between_dice"] == pytest.approx(np.mean(dice))
     page = (cfg.output / "report.html").read_text()
     assert "<h2>Each participant's own parcels</h2>" in page and "sub-001" in page
+    # the methods paragraph says how, and cites the model it follows
+    assert (
+        "Each participant's own parcellation was made from parcellation 'directional'"
+        in (report["methods_text"])
+    )
+    assert "Kong" in report["methods_text"].split("References")[1]
+    assert "Spatial topography of individual-specific" in (cfg.output / "CITATION.cff").read_text()
 
 
 def test_participant_files_pass_the_validator_and_read_back(own_prior_run, study):
