@@ -26,7 +26,10 @@ __all__ = [
     "SCORING_PAIR_BYTES",
     "SCORING_PAIR_PEAK_BYTES",
     "SCORING_SPIN_BYTES",
+    "INDIVIDUAL_FIT_FACTOR",
     "check_worker_memory",
+    "individual_on_workers",
+    "individual_task_bytes",
     "features_on_workers",
     "scoring_on_workers",
     "scoring_task_bytes",
@@ -88,6 +91,35 @@ def scoring_task_bytes(feature_bytes: int, n_pairs: int, n_spins: int) -> int:
     f, p, spins = int(feature_bytes), int(n_pairs), max(int(n_spins), 0)
     null = max(SCORING_NULL_BATCH_BYTES if spins else 0, SCORING_SPIN_BYTES * min(spins, 1000))
     return f + SCORING_PAIR_BYTES * p + max(2 * f, SCORING_PAIR_PEAK_BYTES * p, null)
+
+
+#: an individual fit's peak beside the participant's series, in multiples of the series'
+#: bytes (``PriorPottsIndividualParcellation`` on 64,984 × 1,000 float32 at K = 400: 1.48
+#: GB over the 0.26 GB series, on one thread; the iterative fit needs less)
+INDIVIDUAL_FIT_FACTOR = 6
+
+
+def individual_on_workers(client: Any, series_bytes: int, n_pairs: int, n_spins: int) -> bool:
+    """Whether the individual stage's participants run as tasks on the workers: every
+    worker holds one participant's task per thread (:func:`individual_task_bytes`) within
+    its spill target; otherwise they run in this process, one after the other."""
+    need = individual_task_bytes(series_bytes, n_pairs, n_spins)
+    target = dask.config.get("distributed.worker.memory.target", 0.6) or 1.0
+    limits = _limits_and_threads(client)
+    return bool(limits) and all(m == 0 or t * need <= target * m for m, t in limits)
+
+
+def individual_task_bytes(series_bytes: int, n_pairs: int, n_spins: int) -> int:
+    """Peak bytes of one participant's task: its series (``series_bytes``), their two
+    halves' unit rows and pair correlations held through the scoring (a scoring task's
+    bytes, :func:`scoring_task_bytes`, with the series as its features, and one more set
+    of pair correlations), and the largest fit beside them (:data:`INDIVIDUAL_FIT_FACTOR`)."""
+    pairs = 8 * int(n_pairs)  # the second half's correlations (float64)
+    return (
+        scoring_task_bytes(series_bytes, n_pairs, n_spins)
+        + pairs
+        + INDIVIDUAL_FIT_FACTOR * int(series_bytes)
+    )
 
 
 #: bytes an ingest task holds at its peak per value of a subject's data, measured with

@@ -40,6 +40,7 @@ from ...distributed import active_client, finished
 from ...io.bids import bids_label
 from ...io.zarr_store import ColumnBlocks, open_split
 from ...metrics import dice_same_ids
+from ..engine import placement
 from ..engine.context import RunContext
 from ..engine.contract import StageBase, Unit
 from ..engine.log import bar
@@ -157,6 +158,16 @@ class IndividualStage(StageBase):
         client = active_client()
         started = time.monotonic()
         by_job = {u.item.label: u for u in todo}
+        largest = max(u.item.blocks.shape[1] for u in todo) * kept.sum() * 4
+        if client is not None and not placement.individual_on_workers(
+            client, largest, len(pairs), ctx.cfg.spins
+        ):
+            need = placement.individual_task_bytes(largest, len(pairs), ctx.cfg.spins)
+            log(
+                f"[individual] a participant's task needs about {need / 2**20:.0f} MB, more "
+                "than a worker holds: the participants run here, one after the other"
+            )
+            client = None
         if client is not None:
             common = client.scatter([A, kept, pairs, nulls], broadcast=True, hash=False)
             futures = {

@@ -274,3 +274,52 @@ def test_rows_made_as_they_are_written_hold_one_inner_chunk(tmp_path):
     assert chunk <= peak < 1.5 * chunk < x.nbytes / 5, (peak, chunk)
     st = open_split(tmp_path / "s.zarr")
     np.testing.assert_array_equal(st.arrays[1][:], 2 * x)
+
+
+def test_a_participants_task_allocates_no_more_than_its_estimate(tmp_path):
+    """One participant of the individual stage (three prior_potts fits at two K, both
+    halves' pair correlations and spin nulls, the scores) peaks within the estimate from
+    its series' bytes and the pairs, and not far below it: tracemalloc on a second run."""
+    from lsd_dask import evaluation as ev
+    from lsd_dask.datasets import surface_study
+    from lsd_dask.pipeline import load_config, run_pipeline
+    from lsd_dask.pipeline.engine.context import RunContext
+    from lsd_dask.pipeline.engine.placement import individual_task_bytes
+    from lsd_dask.pipeline.preflight import preflight
+    from lsd_dask.pipeline.stages import individual as I
+    from lsd_dask.pipeline.stages.held_out import MAX_DIST_MM, NullSettings
+    from lsd_dask.surface import two_hemisphere_mesh
+
+    study = surface_study(
+        two_hemisphere_mesh(16, radius=50.0), n_parcels=10, n_subjects=(2, 2),
+        n_timepoints=60, medial_wall_fraction=0.1, random_state=0,
+    )  # fmt: skip
+    write_study(study, tmp_path, fmt="gifti")
+    cfg = load_config(tmp_path / "pipeline.yaml", ks=[5, 10], null_repeats=0, spins=100,
+                      individual=True)  # fmt: skip
+    run_pipeline(cfg, log=lambda line: None)
+    with RunContext.open(cfg, lambda line: None, preflight(cfg)[0]) as ctx:
+        stage = I.IndividualStage()
+        ctx.shared["subject_inputs"] = {s.subject: {} for s in cfg.subjects}
+        with ctx.reading(stage.reads):
+            job = stage.plan(ctx)[0].item
+        V, A = ctx.kept_mesh()
+        pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM)
+        out = str(tmp_path / "again")
+        job = I.ParticipantJob(
+            job.label,
+            job.split,
+            job.runs,
+            job.blocks,
+            job.priors,
+            [f"{out}/p.json", f"{out}/p_labels.npy", f"{out}/p_conf.npy"],
+        )
+        args = (job, cfg.individual, A, ctx.kept, pairs, NullSettings.of(ctx), ctx.wd.root, None)
+        I.fit_participant(*args)
+        tracemalloc.start()
+        I.fit_participant(*args)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        need = individual_task_bytes(job.blocks.shape[0] * job.blocks.shape[1] * 4, len(pairs),
+                                     cfg.spins)  # fmt: skip
+    assert 0.3 * need < peak <= need, (peak, need, len(pairs))
