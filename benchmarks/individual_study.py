@@ -26,6 +26,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -79,7 +80,7 @@ def main() -> None:
         _table(cfg, report, study)
 
 
-def _table(cfg, report, study) -> None:  # type: ignore[no-untyped-def]
+def _table(cfg: Any, report: dict[str, Any], study: Any) -> None:
     work = cfg.output / "work"
     kept = np.load(work / "mask.npy")
     c = study.cortex
