@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ... import evaluation as ev
-from ...io.atomic import atomic_write_text
-from ...io.bids import bids_label, bids_name, lookup_table
-from ...io.surface_files import write_dlabel, write_label_gifti, write_shape_gifti
+from ...io.bids import bids_label, bids_name
+from ...io.surface_files import write_shape_gifti
 from ...metrics import dice_same_ids
 from ..engine.context import RunContext
-from .matching import matched_labels
+from .dseg import matched_labels, write_dseg
 
 __all__ = ["BETWEEN_SUBJECTS", "cohort_summary", "individual_html", "write_individual_files"]
 
@@ -209,48 +207,14 @@ def write_individual_files(
             ent = {"sub": label, "space": template["tpl"], "den": template["den"],
                    "atlas": atlas, "scale": str(k)}  # fmt: skip
             title = f"sub-{label} {settings.method} from {entry['prior']}"
-            for hemi, part, conf in (
-                ("left", lab[: sizes[0]], confidence[p, : sizes[0]]),
-                ("right", lab[sizes[0] :], confidence[p, sizes[0] :]),
-            ):
-                h = {"hemi": hemi[0].upper(), **ent}
-                files.append(
-                    write_label_gifti(
-                        folder / bids_name(h, "dseg", ".label.gii"),
-                        part,
-                        hemisphere=hemi,
-                        colours=colours,
-                        name=title,
-                    )
-                )
-                files.append(
-                    write_shape_gifti(
-                        folder / bids_name(h, "confidence", ".shape.gii"),
-                        conf,
-                        hemisphere=hemi,
-                        name=f"{title}: confidence",
-                    )
-                )
-            if vertices is not None:
-                files.append(
-                    write_dlabel(
-                        folder / bids_name(ent, "dseg", ".dlabel.nii"),
-                        lab,
-                        sizes,
-                        name=title,
-                        colours=colours,
-                        vertices=vertices,
-                    )
-                )
-            files.append(
-                atomic_write_text(
-                    folder / bids_name(ent, "dseg", ".tsv"),
-                    lookup_table(colours, ids=np.unique(lab)),
-                )
-            )
+            for hemi, conf in (("left", confidence[p, : sizes[0]]),
+                               ("right", confidence[p, sizes[0] :])):  # fmt: skip
+                name = bids_name({"hemi": hemi[0].upper(), **ent}, "confidence", ".shape.gii")
+                files.append(write_shape_gifti(folder / name, conf, hemisphere=hemi,
+                                               name=f"{title}: confidence"))  # fmt: skip
             sidecar = {**common, **_sidecar(ctx, result, entry, lab)}
-            files.append(atomic_write_text(folder / bids_name(ent, "dseg", ".json"),
-                                           json.dumps(sidecar, indent=2)))  # fmt: skip
+            files += write_dseg(folder, ent, lab, sizes, colours=colours, title=title,
+                                sidecar=sidecar, vertices=vertices)  # fmt: skip
 
 
 def _sidecar(

@@ -5,7 +5,6 @@ how to cite them (:mod:`.citations`), and the figures."""
 from __future__ import annotations
 
 import gzip
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import numpy as np
 
 from ..._version import __version__
 from ...cluster import SPATIAL_OPTIONS
-from ...io.atomic import atomic_copy, atomic_write_bytes, atomic_write_text
+from ...io.atomic import atomic_copy, atomic_write_bytes
 from ...io.bids import (
     atlas_description,
     atlas_folder,
@@ -22,7 +21,6 @@ from ...io.bids import (
     bids_name,
     dataset_description,
     density_description,
-    lookup_table,
     surface_template,
     write_citation,
 )
@@ -30,8 +28,6 @@ from ...io.surface_files import (
     HEMISPHERES,
     cifti_vertices,
     load_mesh,
-    write_dlabel,
-    write_label_gifti,
 )
 from ..engine.context import RunContext
 from ..settings.methods import MethodSpec
@@ -43,8 +39,8 @@ from .citations import (
     method_references,
     run_references,
 )
+from .dseg import matched_labels, write_dseg
 from .individuals import write_individual_files
-from .matching import matched_labels
 from .scores import sidecar_sections
 
 __all__ = ["write_outputs"]
@@ -118,42 +114,15 @@ def write_outputs(
             labs, colours = matched_labels(ctx, spec.name, k)
             for split, lab in labs.items():
                 ent = {**template, "atlas": atlas_label(spec.name, k, split), "scale": str(k)}
-                title = f"{spec.name} K={k} {split}"
-                for hemi, part in (("left", lab[: sizes[0]]), ("right", lab[sizes[0] :])):
-                    name = bids_name({"hemi": hemi[0].upper(), **ent}, "dseg", ".label.gii")
-                    files.append(
-                        write_label_gifti(
-                            label_dir / name, part, hemisphere=hemi, colours=colours, name=title
-                        )
-                    )
-                if vertices is not None:
-                    files.append(
-                        write_dlabel(
-                            label_dir / bids_name(ent, "dseg", ".dlabel.nii"),
-                            lab,
-                            sizes,
-                            name=title,
-                            colours=colours,
-                            vertices=vertices,
-                        )
-                    )
-                present = np.unique(lab)
-                files.append(
-                    atomic_write_text(
-                        label_dir / bids_name(ent, "dseg", ".tsv"),
-                        lookup_table(colours, ids=present, columns=_locations(lab, meshes)),
-                    )
-                )
                 sidecar = {
                     **common,
                     **_sidecar(ctx, spec, k, split, lab, rows.get((spec.name, k))),
                     **LOCATION_COLUMNS,
                 }
-                files.append(
-                    atomic_write_text(
-                        label_dir / bids_name(ent, "dseg", ".json"), json.dumps(sidecar, indent=2)
-                    )
-                )
+                files += write_dseg(
+                    label_dir, ent, lab, sizes, colours=colours, title=f"{spec.name} K={k} {split}",
+                    sidecar=sidecar, vertices=vertices, columns=_locations(lab, meshes),
+                )  # fmt: skip
     write_individual_files(ctx, files, template=template, vertices=vertices, common=common)
     files.append(plot_dice_vs_k(scores, out / "dice_vs_k.png"))
     # every method and split at the middle K, in colours matched to the first row
