@@ -277,7 +277,7 @@ def test_rows_made_as_they_are_written_hold_one_inner_chunk(tmp_path):
 
 
 def test_a_participants_task_allocates_no_more_than_its_estimate(tmp_path):
-    """One participant of the individual stage (three prior_potts fits at two K, both
+    """One participant of the individual stage (three prior_potts fits at K = 10, both
     halves' pair correlations and spin nulls, the scores) peaks within the estimate from
     its series' bytes and the pairs, and not far below it: tracemalloc on a second run."""
     from lsd_dask import evaluation as ev
@@ -295,8 +295,8 @@ def test_a_participants_task_allocates_no_more_than_its_estimate(tmp_path):
         n_timepoints=60, medial_wall_fraction=0.1, random_state=0,
     )  # fmt: skip
     write_study(study, tmp_path, fmt="gifti")
-    cfg = load_config(tmp_path / "pipeline.yaml", ks=[5, 10], null_repeats=0, spins=100,
-                      individual=True)  # fmt: skip
+    cfg = load_config(tmp_path / "pipeline.yaml", ks=[10], null_repeats=0, spins=100,
+                      held_out=["splits"], individual=True)  # fmt: skip
     run_pipeline(cfg, log=lambda line: None)
     with RunContext.open(cfg, lambda line: None, preflight(cfg)[0]) as ctx:
         stage = I.IndividualStage()
