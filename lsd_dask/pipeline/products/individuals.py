@@ -67,6 +67,7 @@ def cohort_summary(ctx: RunContext) -> dict[str, Any] | None:
                 between_dice=float(np.mean(between)) if between else None,
                 moved=entry["moved"],
                 confidence_mean=entry["confidence_mean"],
+                confidence_auc=entry.get("confidence_auc"),
                 seconds=entry["seconds"]["all"],
             )
             rows.append(row)
@@ -89,7 +90,8 @@ def _summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             sign = 1.0 if m.higher_is_better else -1.0
             better = [sign * (r[f"own_{m.name}"] - r[f"group_{m.name}"]) > 0 for r in mine]
             entry[f"share_own_better_{m.name}"] = float(np.mean(better))
-        for name in ("within_dice", "between_dice", "moved", "confidence_mean", "seconds"):
+        for name in ("within_dice", "between_dice", "moved", "confidence_mean", "confidence_auc",
+                     "seconds"):  # fmt: skip
             vals = np.array([r[name] for r in mine if r[name] is not None], float)
             entry[name] = float(vals.mean()) if vals.size else None
             entry[f"{name}_sd"] = float(vals.std()) if vals.size else None
@@ -106,7 +108,7 @@ def individual_html(section: dict[str, Any] | None) -> list[str]:
     e = html.escape
     measures = [m for m in ev.MEASURES if m.spin_null]
     head = ("K", "prior", "participants", *(f"{m.title}: prior / own (better)" for m in measures),
-            "Dice within / between", "moved", "s per fit")  # fmt: skip
+            "Dice within / between", "moved", "confidence AUC", "s per fit")  # fmt: skip
     body = []
     for s in section["summary"]:
         cells = [str(s["k"]), e(s["prior"]), str(s["participants"])]
@@ -120,18 +122,20 @@ def individual_html(section: dict[str, Any] | None) -> list[str]:
         cells += [
             f"{s['within_dice']:.3f} / " + ("–" if between is None else f"{between:.3f}"),
             f"{100 * s['moved']:.1f} %",
+            "–" if s["confidence_auc"] is None else f"{s['confidence_auc']:.2f}",
             f"{s['seconds']:.1f}",
         ]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     cols = ("participant", "split", "K", *(f"{m.title} prior / own" for m in measures),
-            "Dice within", "Dice between", "confidence")  # fmt: skip
+            "Dice within", "Dice between", "confidence", "confidence AUC")  # fmt: skip
     rows = []
     for r in section["rows"]:
         cells = [e(f"sub-{r['participant']}"), e(r["split"]), str(r["k"])]
         cells += [f"{r[f'group_{m.name}']:.3f} / {r[f'own_{m.name}']:.3f}" for m in measures]
         cells += [f"{r['within_dice']:.3f}",
                   "–" if r["between_dice"] is None else f"{r['between_dice']:.3f}",
-                  f"{r['confidence_mean']:.3f}"]  # fmt: skip
+                  f"{r['confidence_mean']:.3f}",
+                  "–" if r["confidence_auc"] is None else f"{r['confidence_auc']:.2f}"]  # fmt: skip
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return [
         "<h2>Each participant's own parcels</h2>",
@@ -141,7 +145,8 @@ def individual_html(section: dict[str, Any] | None) -> list[str]:
         "whose own parcels score better. Dice within: the participant's two halves' maps; "
         "between: its first half's map against other participants' second halves (the same "
         "parcel ids, no matching). An individual map should be closer to itself than to "
-        "other people's.</p>",
+        "other people's. Confidence AUC: how well low confidence marks the vertices where the "
+        "two halves' maps disagree (0.5: chance).</p>",
         "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>",
         *body,
         "</table>",

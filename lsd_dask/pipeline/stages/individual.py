@@ -255,6 +255,9 @@ def fit_participant(
             "within_dice": dice_same_ids(labels[i, 1][kept], labels[i, 2][kept], background=0),
             "moved": float(moved.mean()),
             "confidence_mean": float(confidence[i, kept].mean()),
+            "confidence_auc": _disagreement_auc(
+                confidence[i, kept], labels[i, 1][kept] != labels[i, 2][kept]
+            ),
             "seconds": seconds,
         })  # fmt: skip
     wd.save_npy(job.outputs[1], labels)
@@ -288,6 +291,17 @@ def priors_of(ctx: RunContext, split: str) -> list[Prior]:
 def participant_label(participant: str) -> str:
     """A participant's BIDS label: its id without ``sub-``, letters and digits only."""
     return bids_label(participant.removeprefix("sub-"))
+
+
+def _disagreement_auc(confidence: np.ndarray, disagree: np.ndarray) -> float | None:
+    """How well low confidence marks the vertices the two halves' maps disagree on: the
+    ROC AUC of ``-confidence`` for ``disagree`` (0.5: no better than chance; None when the
+    halves agree everywhere or nowhere)."""
+    from sklearn.metrics import roc_auc_score
+
+    if disagree.all() or not disagree.any():
+        return None
+    return float(roc_auc_score(disagree, -confidence))
 
 
 def _columns(X: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:

@@ -12,6 +12,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import yaml
+from sklearn.metrics import roc_auc_score
 
 from lsd_dask import evaluation as ev
 from lsd_dask.datasets import surface_study
@@ -67,6 +68,11 @@ def test_own_parcels_are_scored_as_the_dense_measures_beside_their_prior(own_pri
                 assert set(np.unique(labels[p, 0][kept])) <= set(np.unique(prior))
                 assert entry["moved"] == pytest.approx(np.mean(labels[p, 0][kept] != prior))
                 assert 0 < entry["within_dice"] <= 1
+                # the confidence against where the halves disagree, by sklearn's ROC AUC
+                disagree = labels[p, 1][kept] != labels[p, 2][kept]
+                conf = np.load(work / "individual" / f"{label}_confidence.npy")[p][kept]
+                if disagree.any() and not disagree.all():
+                    assert entry["confidence_auc"] == pytest.approx(roc_auc_score(disagree, -conf))
     section = report["individual"]
     assert len(section["rows"]) == 8 and [s["k"] for s in section["summary"]] == [5, 10]
     for s in section["summary"]:
