@@ -17,7 +17,8 @@ own parcels' (``metrics.nmi`` on the kept vertices); from ``report.json``, the h
 measures' means (fitted on one half of each participant's time points, scored on the
 other, beside the prior on the same half) and the share of participants whose own parcels
 score better; the within- and between-subject Dice; the seconds per fit (all time points,
-one thread).
+one thread); the confidence's ROC AUC for the vertices where the two halves' maps
+disagree.
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ def _table(cfg: Any, report: dict[str, Any], study: Any) -> None:
     print(
         "| K | NMI own truth: prior / own | homogeneity: prior / own (own better) | "
         "DCBC: prior / own (own better) | silhouette: prior / own (own better) | "
-        "Dice within / between | moved | s per fit |"
+        "Dice within / between | moved | confidence AUC | s per fit |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for s in section["summary"]:
         k = s["k"]
         cells = [f"{np.mean(nmi[k]['prior']):.3f} / {np.mean(nmi[k]['own']):.3f}"]
@@ -121,6 +122,7 @@ def _table(cfg: Any, report: dict[str, Any], study: Any) -> None:
         cells += [
             f"{s['within_dice']:.3f} / {s['between_dice']:.3f}",
             f"{100 * s['moved']:.1f} %",
+            f"{s['confidence_auc']:.2f}",
             f"{s['seconds']:.2f}",
         ]
         print(f"| {k} | " + " | ".join(cells) + " |", flush=True)
