@@ -172,15 +172,13 @@ def write_individual_files(
     prior, the held-out scores), and the confidence as a ``_confidence.shape.gii`` per
     hemisphere. Ids and colours are the prior's as its own label files write them, so
     parcel i names one area in the group's files and every participant's."""
-    from ...plotting import parcel_colours
-
     results = ctx.results.get("individual") or {}
     settings = ctx.cfg.individual
     if not results or settings is None:
         return
     wd, sizes, out = ctx.wd, ctx.sizes, ctx.cfg.output
-    prior = str(settings.prior)
-    written: dict[tuple[str, int], tuple[dict[str, np.ndarray], np.ndarray]] = {}
+    # per (split, K): the prior's ids as its label files write them, colours, atlas name
+    written: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, str]] = {}
     for result in results.values():
         label, split = result["participant"], result["split"]
         stem = wd.folder.join("individual", label)
@@ -189,25 +187,9 @@ def write_individual_files(
         folder = out / f"sub-{label}" / "anat"
         for p, entry in enumerate(result["priors"]):
             k = int(entry["k"])
-            if settings.prior_is_method([m.name for m in ctx.cfg.methods]):
-                other = next(s for s in ctx.splits if s != split)
-                if (prior, k) not in written:
-                    written[prior, k] = matched_labels(ctx, prior, k)
-                labs, colours = written[prior, k]
-                raw = wd.load_npy(wd.labels(other, prior, k))
-                ids = np.zeros(int(raw.max(initial=0)) + 1, np.int32)
-                ids[raw] = labs[other]  # the other split's ids as its label files write them
-                atlas = f"{bids_label(prior)}{k}{bids_label(settings.method)}"
-            else:
-                atlas_ids = ctx.atlases[prior]
-                if (prior, 0) not in written:
-                    n = int(atlas_ids.max(initial=0))
-                    written[prior, 0] = (
-                        {}, parcel_colours([atlas_ids], ctx.adjacency, n)
-                    )  # fmt: skip
-                colours = written[prior, 0][1]
-                ids = np.arange(int(atlas_ids.max(initial=0)) + 1, dtype=np.int32)
-                atlas = f"{bids_label(prior)}{bids_label(settings.method)}"
+            if (split, k) not in written:
+                written[split, k] = _prior_ids(ctx, settings, split, k)
+            ids, colours, atlas = written[split, k]
             lab = ids[labels[p, 0]]
             ent = {"sub": label, "space": template["tpl"], "den": template["den"],
                    "atlas": atlas, "scale": str(k)}  # fmt: skip
@@ -220,6 +202,32 @@ def write_individual_files(
             sidecar = {**common, **_sidecar(ctx, result, entry, lab)}
             files += write_dseg(folder, ent, lab, sizes, colours=colours, title=title,
                                 sidecar=sidecar, vertices=vertices)  # fmt: skip
+
+
+def _prior_ids(
+    ctx: RunContext, settings: Any, split: str, k: int
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """For the participants of ``split`` at ``k``: their prior's stored ids mapped to the
+    ids its label files write (a method prior: the other split's, matched to the first
+    split's; an atlas: its own), the colours, and the participants' atlas name."""
+    from ...plotting import parcel_colours
+
+    prior = str(settings.prior)
+    if settings.prior_is_method([m.name for m in ctx.cfg.methods]):
+        other = next(s for s in ctx.splits if s != split)
+        labs, colours = matched_labels(ctx, prior, k)
+        raw = ctx.wd.load_npy(ctx.wd.labels(other, prior, k))
+        ids = np.zeros(int(raw.max(initial=0)) + 1, np.int32)
+        ids[raw] = labs[other]
+        return ids, colours, f"{bids_label(prior)}{k}{bids_label(settings.method)}"
+    atlas = ctx.atlases[prior]
+    n = int(atlas.max(initial=0))
+    colours = parcel_colours([atlas], ctx.adjacency, n)
+    return (
+        np.arange(n + 1, dtype=np.int32),
+        colours,
+        f"{bids_label(prior)}{bids_label(settings.method)}",
+    )
 
 
 def _sidecar(

@@ -234,11 +234,12 @@ def fit_participant(
     }  # fmt: skip
     for i, prior in enumerate(job.priors):
         group = np.where(kept & (prior.labels > 0), prior.labels, 0).astype(np.int32)
+        start = np.where(group[kept] > 0, group[kept], -1)  # the estimators' "no parcel": -1
         seconds = {}
         for j, (fit, data) in enumerate((("all", X), *halves.items())):
             t0 = time.perf_counter()
             with threadpool_limits(1):  # a subject per worker thread
-                est = settings.estimator(np.where(group[kept] > 0, group[kept], -1), A).fit(data)
+                est = settings.estimator(start, A).fit(data)
             seconds[fit] = time.perf_counter() - t0
             labels[i, j, kept] = np.maximum(est.labels_, 0)
             if fit == "all":
