@@ -91,6 +91,7 @@ CLUSTER_SETTINGS: dict[str, frozenset[str]] = {
             "host",
             "dashboard_address",
             "local_directory",
+            "timeout",
         }  # fmt: skip
     ),
     "remote": frozenset({"address", "timeout", "security"}),
@@ -631,7 +632,11 @@ def _from_config(cfg: dict[str, Any], timeout: float) -> Client:
             # threads in this process talk over inproc://, which takes no host
             defaults.pop("host")
         section = {**defaults, **section}
+        # seconds the memory check waits for a worker when none is up (a worker over its
+        # limit at rest keeps being restarted by its nanny); None: the check's default
+        wait = section.pop("timeout", None)
         cluster = LocalCluster(**_underscored(section))
+        return _owning(cluster, worker_wait_s=None if wait is None else float(wait))
     elif kind in ("slurm", "pbs"):
         try:
             import dask_jobqueue

@@ -133,13 +133,13 @@ def test_a_scoring_task_allocates_no_more_than_its_estimate(tmp_path):
 
 def test_workers_below_one_tasks_memory_fail_in_one_line_before_ingest(tmp_path, study):
     """Workers of 80 MB (each uses more than that at rest) pause and never resume: the run
-    stops before ingest, in one line giving the memory needed, in bounded time (the check's
-    20 s wait for a worker, at most 20 s to close the cluster, and start-up)."""
+    stops before ingest, in one line giving the memory needed, in bounded time (the config's
+    3 s wait for a worker, at most 20 s to close the cluster, and start-up)."""
     write_study(study, tmp_path, fmt="gifti")
     config = tmp_path / "small.yaml"
     config.write_text(
         "type: local\nlocal:\n  n_workers: 1\n  threads_per_worker: 1\n  processes: true\n"
-        '  memory_limit: 80MB\n  host: 127.0.0.1\n  dashboard_address: ":0"\n'
+        '  memory_limit: 80MB\n  host: 127.0.0.1\n  dashboard_address: ":0"\n  timeout: 3\n'
     )
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -155,7 +155,7 @@ def test_workers_below_one_tasks_memory_fail_in_one_line_before_ingest(tmp_path,
     assert "Traceback" not in proc.stderr
     assert "[ingest]" not in proc.stdout + proc.stderr
     assert not (tmp_path / "out" / "work" / "split1.zarr").exists()
-    assert elapsed < 90
+    assert elapsed < 60
 
 
 def test_the_local_workers_spec_gives_the_limit_the_scheduler_reports():
