@@ -35,6 +35,16 @@ that has run before does: 1.036–1.058× (``docs/benchmarks.md``). The command 
 ``python -m benchmarks.cohort --root /work/cohort --subjects 33 66 132 264 --cold --fill
 /work/full/study /opt``.
 
+``--individual`` adds the pipeline's stage of each participant's own parcels (its
+default estimator, prior_potts, from the first method's other split at every K), and the
+table then gives its seconds per participant: each participant is one unit, whose work
+depends only on its own data and the prior, so that anything that grows faster than the
+participants (planning, stamps, the cohort's summary, the outputs) shows there.
+``--frequency 32`` writes icospheres of 2 × 10,242 vertices (fsaverage5's count) instead
+of 32k_fs_LR's, so that 264 participants a split fit on the disk and in an hour:
+``python -m benchmarks.cohort --root /work/cohort5 --frequency 32 --timepoints 150
+--methods directional --individual``.
+
 On a machine whose speed drifts from run to run (a shared VM), ``--repeat 3`` runs the
 sizes in turn three times and reports each size's median run with every run's figure:
 the 10 % between the smallest and the largest cohort is then told apart from the drift.
@@ -63,7 +73,10 @@ from benchmarks.end_to_end import (
     svd_passes,
 )
 
-N_VERTICES = 2 * 32492
+
+def n_vertices(frequency: int) -> int:
+    """Both hemispheres' vertices of ``lsd-dask synth --frequency``'s icospheres."""
+    return 2 * (10 * frequency**2 + 2)
 
 
 def main() -> None:
@@ -71,6 +84,21 @@ def main() -> None:
     ap.add_argument("--root", type=Path, required=True)
     ap.add_argument("--subjects", type=int, nargs="+", default=[33, 66, 132, 264])
     ap.add_argument("--timepoints", type=int, default=250)
+    ap.add_argument(
+        "--frequency",
+        type=int,
+        default=57,
+        help="icosphere frequency of the synthetic study (57: 2 x 32,492 vertices, "
+        "32k_fs_LR's count; 32: 2 x 10,242, fsaverage5's)",
+    )
+    ap.add_argument(
+        "--individual",
+        nargs="?",
+        const="prior_potts",
+        choices=["prior_potts", "iterative"],
+        help="also run each participant's own parcels (the pipeline's `individual:` at the "
+        "run's K's) with this estimator (default prior_potts)",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-limit", default="4GB", help="per worker")
     ap.add_argument("--methods", nargs="+", default=["spherical_kmeans", "directional"])
@@ -159,7 +187,7 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(run_child(args, inputs, args.child)))
         return
-    write_inputs(inputs, max(args.subjects), args.timepoints)
+    write_inputs(inputs, max(args.subjects), args.timepoints, args.frequency)
     runs: dict[int, list[dict[str, Any]]] = {s: [] for s in sorted(args.subjects)}
     for _ in range(args.repeat):
         for s in runs:
@@ -221,6 +249,18 @@ def ingest_svd_sys_per_subject(r: dict[str, Any]) -> float | None:
     return float(cpu) / (2 * r["subjects_per_split"])
 
 
+def individual_per_participant(r: dict[str, Any]) -> float:
+    """The individual stage's seconds per participant (both splits')."""
+    return float(r["timings_s"]["individual"]) / (2 * r["subjects_per_split"])
+
+
+def individual_cpu_per_participant(r: dict[str, Any]) -> float:
+    """The individual stage's CPU seconds per participant, the client's process and the
+    workers' together."""
+    u = r["usage"]["individual"]
+    return float(u["client_cpu"] + u["worker_cpu"]) / (2 * r["subjects_per_split"])
+
+
 def svd_over_bound(r: dict[str, Any]) -> float | None:
     """The SVD's seconds over its GEMM bound (its dense products at the rate measured
     just before the run, on all the workers): a drift of the machine's speed moves both."""
@@ -254,14 +294,19 @@ def _user(r: dict[str, Any]) -> float | None:
     return None if kernel is None else ingest_svd_cpu_per_subject(r) - kernel
 
 
-def write_inputs(inputs: Path, n_subjects: int, timepoints: int) -> None:
-    """``n_subjects`` per split of ``timepoints`` each, unless already there."""
-    marker = inputs / "pipeline.yaml"
+def write_inputs(inputs: Path, n_subjects: int, timepoints: int, frequency: int = 57) -> None:
+    """``n_subjects`` per split of ``timepoints`` each on icospheres of ``frequency``,
+    unless already there (inputs of another length or mesh are written again)."""
+    marker, made = inputs / "pipeline.yaml", inputs / "synth.json"
+    wanted = {"timepoints": timepoints, "frequency": frequency}
     if marker.exists():
         raw = yaml.safe_load(marker.read_text())
-        if len(raw["splits"]["split1"]) >= n_subjects:
+        # inputs written before synth.json was: 32k_fs_LR's icospheres at the default length
+        old = {"timepoints": 250, "frequency": 57}
+        same = (json.loads(made.read_text()) if made.exists() else old) == wanted
+        if same and len(raw["splits"]["split1"]) >= n_subjects:
             return
-    need = 2 * n_subjects * N_VERTICES * timepoints * 4 * 2  # inputs + one cohort's stores
+    need = 2 * n_subjects * n_vertices(frequency) * timepoints * 4 * 2  # inputs + stores
     free = shutil.disk_usage(inputs.parent if inputs.parent.exists() else Path("/")).free
     if need > free:
         sys.exit(
@@ -283,10 +328,13 @@ def write_inputs(inputs: Path, n_subjects: int, timepoints: int) -> None:
             str(n_subjects),
             "--timepoints",
             str(timepoints),
+            "--frequency",
+            str(frequency),
         ],  # fmt: skip
         check=True,
         stdout=sys.stderr,  # stdout carries the table only
     )
+    made.write_text(json.dumps(wanted))
     print(f"inputs written in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
@@ -337,6 +385,8 @@ def run_child(args: argparse.Namespace, inputs: Path, n_subjects: int) -> dict[s
         spins=args.spins,
     )
     raw["svd"] = {**raw.get("svd", {}), "rank": args.rank}
+    if args.individual:
+        raw["individual"] = {"method": args.individual}
     path = inputs / f"cohort-{n_subjects}.yaml"
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)
@@ -535,6 +585,12 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
             + " | ".join(f"{a}→{b}: {v:.3f}" for a, b, v in steps)
             + " |"
         )
+    if all("individual" in results[s]["timings_s"] for s in sizes):
+        own = [individual_per_participant(results[s]) for s in sizes]
+        print("| individual: s/participant | " + " | ".join(f"{v:.3f}" for v in own) + " |")
+        cpu = [individual_cpu_per_participant(results[s]) for s in sizes]
+        print("| individual: CPU s/participant | " + " | ".join(f"{v:.3f}" for v in cpu) + " |")
+        print(f"| individual: largest / smallest | {max(own) / min(own):.3f} |")
     print(
         "| workers' first import (s, before the run) | "
         + " | ".join(_import_cell(results[s].get("worker_import_s")) for s in sizes)

@@ -66,12 +66,13 @@ STAGES = (
     "cluster",
     "evaluate",
     "scores",
+    "individual",
     "outputs",
     "svd_alone",
 )
 _PREFIX = {"[mask]": "mask_ingest", "[ingest]": "mask_ingest", "[svd]": "svd"}
 _PREFIX |= {"[blur]": "blur", "[cluster]": "cluster", "[evaluate]": "evaluate"}
-_PREFIX |= {"[scores]": "scores", "[outputs]": "outputs"}
+_PREFIX |= {"[scores]": "scores", "[individual]": "individual", "[outputs]": "outputs"}
 _PREFIX |= {"[done]": "outputs"}
 
 
@@ -404,8 +405,10 @@ def print_table(w: int, r: dict) -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for stage in STAGES:
-        u = r["usage"][stage]
+        u = r["usage"].get(stage)
         sec = r["timings_s"].get(stage)
+        if u is None or (sec is None and stage == "individual"):
+            continue  # a run without the stage, or saved before it was measured
         bound = r["bounds_s"].get(stage)
         peaks = ", ".join(f"{v / 1e9:.2f}" for v in u["worker_peak"].values()) or "–"
         print(

@@ -66,6 +66,7 @@ __all__ = [
     "DCBCResult",
     "HeldOutData",
     "Measure",
+    "ParcelValues",
     "SpinNull",
     "VertexPairs",
     "dcbc",
@@ -73,6 +74,8 @@ __all__ = [
     "homogeneity",
     "neighbour_silhouette",
     "pair_correlations",
+    "parcel_dcbc",
+    "parcel_homogeneity",
     "pair_count_estimate",
     "pca_homogeneity",
     "spin_null",
@@ -198,14 +201,96 @@ def homogeneity(Z: Array, labels: Any, *, background: int = 0) -> float:
     labels : array of shape (n_vertices,)
         Parcel ids; ``background`` marks vertices outside every parcel.
     """
+    per = parcel_homogeneity(Z, labels, background=background)
+    return float(np.sum(per.sizes * per.values) / max(np.sum(per.sizes), 1.0))
+
+
+@dataclass(frozen=True)
+class ParcelValues:
+    """One measure parcel by parcel.
+
+    Attributes
+    ----------
+    ids : ndarray of int64
+        The parcel ids, sorted (the background left out).
+    sizes : ndarray of int64
+        Each parcel's vertices.
+    values : ndarray of float64
+        Each parcel's value (NaN where the measure is undefined for it).
+    """
+
+    ids: np.ndarray
+    sizes: np.ndarray
+    values: np.ndarray
+
+
+def parcel_homogeneity(Z: Array, labels: Any, *, background: int = 0) -> ParcelValues:
+    """Each parcel's term of :func:`homogeneity`: ``c_i``, the mean correlation over the
+    pairs of distinct vertices of parcel i (0 for a parcel of one vertex, as in CBIG).
+
+    Parameters
+    ----------
+    Z : ndarray or dask array of shape (n_vertices, d)
+        Unit rows; one pass for dask.
+    labels : array of shape (n_vertices,)
+    """
     lab, n_parcels = _compact(labels, background)
     # one pass for dask: the parcels' row sums and every row's squared norm
     sums, row_sq = compute(cluster_sums(Z, lab, n_parcels), squared_row_norms(Z))
     fg = lab >= 0
-    sizes = np.bincount(lab[fg], minlength=n_parcels).astype(np.float64)
+    sizes = np.bincount(lab[fg], minlength=n_parcels)
     self_sq = np.bincount(lab[fg], weights=np.asarray(row_sq)[fg], minlength=n_parcels)
-    c = _within_mean(np.asarray(sums, np.float64), self_sq, sizes)
-    return float(np.sum(sizes * c) / max(np.sum(sizes), 1.0))
+    c = _within_mean(np.asarray(sums, np.float64), self_sq, sizes.astype(np.float64))
+    return ParcelValues(_ids(labels, background), sizes, c)
+
+
+def parcel_dcbc(
+    labels: Any,
+    pairs: VertexPairs,
+    correlations: np.ndarray,
+    *,
+    bin_width: float = 1.0,
+    background: int = 0,
+    block: int = 1 << 22,
+) -> ParcelValues:
+    """Each parcel's DCBC: :func:`dcbc` on the pairs with an end in the parcel.
+
+    Per distance bin, the mean correlation of the pairs within parcel i minus that of the
+    pairs from parcel i to another parcel, weighted by ``1 / (1/n_within + 1/n_between)``
+    as the whole parcellation's DCBC is (pairs with an end on the background are left
+    out). NaN for a parcel with no bin that holds both kinds of pair. The pairs are read
+    ``block`` at a time, so that the extra memory stays a few bytes per pair of a block.
+    """
+    lab, n_parcels = _compact(labels, background)
+    n_bins = int(np.floor(pairs.max_dist / bin_width))
+    bins = pairs.bin_index(bin_width)
+    cells = n_parcels * n_bins
+    n_w, s_w = np.zeros(cells), np.zeros(cells)
+    n_b, s_b = np.zeros(cells), np.zeros(cells)
+    for start in range(0, len(pairs), block):
+        end = min(start + block, len(pairs))
+        a, b = lab[pairs.rows[start:end]], lab[pairs.cols[start:end]]
+        bin_, r = bins[start:end].astype(np.int64), correlations[start:end]
+        ok = (a >= 0) & (b >= 0) & (bin_ >= 0)
+        same = ok & (a == b)
+        key = a[same] * n_bins + bin_[same]
+        n_w += np.bincount(key, minlength=cells)
+        s_w += np.bincount(key, weights=r[same], minlength=cells)
+        across = ok & (a != b)
+        for end_of in (a, b):  # a pair across two parcels counts for both
+            key = end_of[across] * n_bins + bin_[across]
+            n_b += np.bincount(key, minlength=cells)
+            s_b += np.bincount(key, weights=r[across], minlength=cells)
+    shape = (n_parcels, n_bins)
+    n_w, s_w, n_b, s_b = (x.reshape(shape) for x in (n_w, s_w, n_b, s_b))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        both = (n_w > 0) & (n_b > 0)
+        w = np.where(both, 1.0 / (1.0 / n_w + 1.0 / n_b), 0.0)
+        total = w.sum(axis=1)
+        diff = np.where(both, s_w / n_w - s_b / n_b, 0.0)
+        values = np.where(total > 0, (diff * w).sum(axis=1) / total, np.nan)
+    sizes = np.bincount(lab[lab >= 0], minlength=n_parcels)
+    return ParcelValues(_ids(labels, background), sizes, values)
 
 
 def pca_homogeneity(Z: Array, labels: Any, *, background: int = 0) -> float:
@@ -905,6 +990,12 @@ def _compact(labels: Any, background: int) -> tuple[np.ndarray, int]:
     fg = ids != background
     new = np.where(fg, np.cumsum(fg) - 1, -1)
     return new[inverse], int(fg.sum())
+
+
+def _ids(labels: Any, background: int) -> np.ndarray:
+    """The parcel ids of ``labels``, sorted, as :func:`_compact` numbers them."""
+    ids = np.unique(np.asarray(labels).astype(np.int64, copy=False))
+    return ids[ids != background]
 
 
 def _within_mean(sums: np.ndarray, self_sq: np.ndarray, sizes: np.ndarray) -> np.ndarray:

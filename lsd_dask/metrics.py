@@ -34,6 +34,7 @@ __all__ = [
     "BACKGROUND",
     "DiceResult",
     "dice_matched",
+    "dice_per_id",
     "dice_same_ids",
     "dice_matrix",
     "nmi",
@@ -119,17 +120,24 @@ def dice_same_ids(labels_a: Any, labels_b: Any, *, background: int | None = None
     background : int or None, default=None
         The id of no region.
     """
+    ids, dice = dice_per_id(labels_a, labels_b, background=background)
+    return float(np.mean(dice)) if ids.size else 0.0
+
+
+def dice_per_id(
+    labels_a: Any, labels_b: Any, *, background: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ids in either parcellation (sorted, ``background`` left out) and each one's
+    Dice ``2|A_i ∩ B_i| / (|A_i| + |B_i|)``, with no matching (an id in one only: 0)."""
     a, b = _pair(labels_a, labels_b)
     ids = np.union1d(a, b)
     if background is not None:
         ids = ids[ids != background]
-    if ids.size == 0:
-        return 0.0
     size_a = np.bincount(np.searchsorted(ids, a[np.isin(a, ids)]), minlength=ids.size)
     size_b = np.bincount(np.searchsorted(ids, b[np.isin(b, ids)]), minlength=ids.size)
     same = (a == b) & np.isin(a, ids)
     both = np.bincount(np.searchsorted(ids, a[same]), minlength=ids.size)
-    return float(np.mean(2.0 * both / (size_a + size_b)))
+    return ids, 2.0 * both / np.maximum(size_a + size_b, 1)
 
 
 def dice_matrix(

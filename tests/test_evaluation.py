@@ -114,15 +114,18 @@ def test_geodesic_pairs_never_join_two_hemispheres():
     assert len(pairs) == n_left * (n_left - 1)
 
 
-def _dense_dcbc(X, labels, D, max_dist, width):
+def _dense_dcbc(X, labels, D, max_dist, width, parcel=None):
     """DiedrichsenLab's numpy DCBC on dense matrices: per bin the mean covariance over the
-    mean standard-deviation product of within and between pairs, weighted."""
+    mean standard-deviation product of within and between pairs, weighted; with
+    ``parcel``, on the pairs with an end in that parcel only."""
     cov = np.cov(X)
     sd = np.sqrt(np.diag(cov))
     var = np.outer(sd, sd)
     iu = np.triu_indices(X.shape[0], k=1)
     d, r, c = D[iu], iu[0], iu[1]
     fg = (labels[r] > 0) & (labels[c] > 0)
+    if parcel is not None:
+        fg &= (labels[r] == parcel) | (labels[c] == parcel)
     d, r, c = d[fg], r[fg], c[fg]
     cw, cb, nw, nb = [], [], [], []
     for b in range(int(np.floor(max_dist / width))):
@@ -154,6 +157,34 @@ def test_dcbc_equals_the_dense_reference(seed):
         assert got.value == pytest.approx(_dense_dcbc(X, labels, D, 35.0, 5.0), abs=1e-10)
     lazy = ev.pair_correlations(da.from_array(ev.unit_series(X), chunks=(50, 80)), pairs)
     np.testing.assert_allclose(lazy, r, atol=1e-12)
+
+
+def test_each_parcels_dcbc_and_homogeneity_equal_the_dense_reference():
+    """Parcel by parcel: DCBC on the pairs with an end in the parcel (the background's
+    pairs left out), and the mean correlation of the parcel's pairs; the whole
+    parcellation's homogeneity is their size-weighted mean."""
+    X, truth, V, A = _planted(frequency=8, seed=4)
+    X = (X - X.mean(1, keepdims=True)) / X.std(1, keepdims=True)
+    pairs = ev.geodesic_pairs(V, A, max_dist=35.0)
+    D = shortest_path(_edge_lengths(V, A), directed=False)
+    Z = ev.unit_series(X)
+    r = ev.pair_correlations(Z, pairs)
+    labels = truth * 3  # ids need not be 1..K
+    labels[np.random.default_rng(4).random(labels.size) < 0.1] = 0
+    # small blocks: a pair block ends inside a parcel's pairs
+    dc = ev.parcel_dcbc(labels, pairs, r, bin_width=5.0, block=1000)
+    ho = ev.parcel_homogeneity(da.from_array(Z, chunks=(100, 80)), labels)
+    ids = np.unique(labels[labels > 0])
+    np.testing.assert_array_equal(dc.ids, ids)
+    np.testing.assert_array_equal(ho.ids, ids)
+    np.testing.assert_array_equal(ho.sizes, [(labels == p).sum() for p in ids])
+    for i, p in enumerate(ids):
+        assert dc.values[i] == pytest.approx(_dense_dcbc(X, labels, D, 35.0, 5.0, p), abs=1e-10)
+        C = np.corrcoef(X[labels == p])
+        n = C.shape[0]
+        assert ho.values[i] == pytest.approx((C.sum() - n) / (n * (n - 1)), abs=1e-10)
+    whole = np.sum(ho.sizes * ho.values) / ho.sizes.sum()
+    assert ev.homogeneity(Z, labels) == pytest.approx(whole, abs=1e-12)
 
 
 def test_dcbc_leaves_out_background_vertices_as_the_dense_reference_does():

@@ -199,11 +199,21 @@ def lookup_table(
     keep = range(len(colours)) if ids is None else sorted({0, *(int(i) for i in ids)})
     rows = ["\t".join(["index", "name", "color", *columns])]
     for i in keep:
-        name = "Background" if i == 0 else f"parcel{i:04d}"
-        hexa = "#" + "".join(f"{int(round(255 * float(v))):02x}" for v in colours[i][:3])
+        name = "Background" if i == 0 else parcel_name(i)
+        hexa = hex_colour(colours[i])
         more = [str(values.get(i, "n/a")) for values in columns.values()]
         rows.append("\t".join([str(i), name, hexa, *more]))
     return "\n".join(rows) + "\n"
+
+
+def hex_colour(rgb: Any) -> str:
+    """An RGB(A) row in [0, 1] as ``#rrggbb`` (the look-up tables' colours)."""
+    return "#" + "".join(f"{int(round(255 * float(v))):02x}" for v in list(rgb)[:3])
+
+
+def parcel_name(i: int) -> str:
+    """Parcel ``i``'s name in the look-up tables: ``parcel0007``."""
+    return f"parcel{int(i):04d}"
 
 
 def dataset_description(

@@ -27,7 +27,6 @@ from ...io.bids import (
 from ...io.surface_files import (
     HEMISPHERES,
     cifti_vertices,
-    load_mesh,
 )
 from ..engine.context import RunContext
 from ..settings.methods import MethodSpec
@@ -42,6 +41,7 @@ from .citations import (
 from .dseg import matched_labels, write_dseg
 from .individuals import write_individual_files
 from .scores import sidecar_sections
+from .viewer import display_meshes
 
 __all__ = ["write_outputs"]
 
@@ -132,15 +132,14 @@ def write_outputs(
         for m in cfg.methods
         for split in splits
     }
-    display = (
-        None
-        if cfg.display_mesh is None
-        else {h: load_mesh(cfg.display_mesh[h]) for h in HEMISPHERES}
-    )
     files.append(
         plot_parcellations(
-            meshes, panels, out / f"parcellations_K{k}.png", title=f"K = {k}", display=display
-        )
+            meshes,
+            panels,
+            out / f"parcellations_K{k}.png",
+            title=f"K = {k}",
+            display=display_meshes(ctx),
+        )  # fmt: skip
     )
     return files
 

@@ -18,8 +18,11 @@ from .scores import compared_columns, table_columns
 __all__ = ["write_report_html"]
 
 
-def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -> Path:
-    """Write the page; figures are embedded (the page opens anywhere on its own)."""
+def write_report_html(
+    report: dict[str, Any], path: Path, figures: list[Path], *, viewer: str = ""
+) -> Path:
+    """Write the page; figures are embedded (the page opens anywhere on its own).
+    ``viewer``: the interactive cortex's section (:mod:`.viewer`), after the comparisons."""
     e = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
@@ -27,7 +30,8 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
         "table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;"
         "padding:3px 8px;text-align:right}th{background:#f3f3f3}td.l{text-align:left}"
-        "img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow:auto}</style>",
+        "img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow:auto}"
+        "tr.sel td{background:#fff3b0}#lsd-parcels tbody tr{cursor:pointer}</style>",
         "</head><body>",
         "<h1>Split-half parcellation report</h1>",
         *_recommendation(report.get("recommendation")),
@@ -36,6 +40,7 @@ def write_report_html(report: dict[str, Any], path: Path, figures: list[Path]) -
         f"Command: <code>{e(str(report.get('command_line') or 'run from Python'))}</code>. "
         f"Surface: {e(_surface(report.get('config', {})))}.</p>",
         *_comparison_tables(report.get("scores", []), report.get("atlases", [])),
+        viewer,
         "<h2>Scores</h2>",
         _score_table(report.get("scores", [])),
         "<h3>What the scores are</h3><dl>",

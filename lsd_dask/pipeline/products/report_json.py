@@ -21,9 +21,11 @@ from ..stages.evaluation import atlas_rows
 from ..stages.preprocess import subject_qc
 from .citations import methods_text
 from .individuals import cohort_summary
+from .parcels import parcel_tables
 from .recommend import recommend
 from .report_html import write_report_html
 from .scores import scores_explained
+from .viewer import viewer_html
 
 __all__ = ["write_report"]
 
@@ -58,6 +60,7 @@ def write_report(
         "fingerprints": wd.fingerprints(),
         "recommendation": recommend(rows),
         "scores": rows,
+        "parcels": parcel_tables(ctx),
         "atlases": atlas_rows(ctx),
         **({"individual": individual} if (individual := cohort_summary(ctx)) else {}),
         "scores_explained": scores_explained(ctx),
@@ -68,7 +71,8 @@ def write_report(
     atomic_write_text(out / "report.json", json.dumps(report, indent=2))
     files.append(out / "report.json")
     figures = [p for p in files if p.suffix == ".png"]
-    files.append(write_report_html(report, out / "report.html", figures))
+    viewer = viewer_html(ctx, report)
+    files.append(write_report_html(report, out / "report.html", figures, viewer=viewer))
     return report
 
 

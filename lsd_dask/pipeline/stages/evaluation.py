@@ -16,7 +16,9 @@ on a fixed sample of :data:`NULL_VERTICES` vertices (homogeneity, silhouette) an
 about :data:`NULL_PAIRS` pairs within a second sample (DCBC), with the parcellation scored on the
 same sample for its z (:class:`lsd_dask.evaluation.SpinNull`): that is what makes 1,000
 spins cost a few seconds per parcellation at 2 × 32k vertices. Both directions are kept,
-and their mean is the row's value. The vertex pairs and the held-out features' pair
+and their mean is the row's value. Each direction also keeps every parcel's held-out
+homogeneity and DCBC, with its id and size (``parcels``: the report's per-parcel view;
+no spin null). The vertex pairs and the held-out features' pair
 correlations are computed once per run and shared by every parcellation.
 
 ``evaluate/atlas/<name>``: each comparison atlas (:mod:`..settings.atlases`), fitted on neither
@@ -55,6 +57,7 @@ from .held_out import (
     mean_of,
     measure_columns,
     measure_rows,
+    parcel_scores,
     scoring_key,
     spin_nulls,
     spin_nulls_from,
@@ -150,8 +153,10 @@ class EvaluationStage(StageBase):
             done = _score_here(ctx, jobs)
         units = {u.name: u for u in todo}
         kept = ctx.kept
-        for job, scores in done:
+        parcels: dict[str, dict[str, Any]] = {u.name: {} for u in todo}
+        for job, (scores, per_parcel) in done:
             parts[job.unit][job.direction] = scores
+            parcels[job.unit][job.direction] = per_parcel
             if len(parts[job.unit]) < expected[job.unit]:
                 continue
             unit = units[job.unit]
@@ -160,6 +165,8 @@ class EvaluationStage(StageBase):
                 j.direction: parts[unit.name][j.direction] for j in jobs if j.unit == unit.name
             }
             out["mean"] = mean_of(out)
+            # each parcel's measures per direction (the report's per-parcel view)
+            out["parcels"] = parcels[unit.name]
             if unit.item[0] == "atlas":
                 labels = ctx.atlases[unit.item[1]][kept]
                 out["n_parcels"] = int(np.unique(labels[labels > 0]).size)
@@ -235,10 +242,15 @@ def _score_here(ctx: RunContext, jobs: list[_Scoring]) -> Iterator[tuple[_Scorin
     correlations = {s: ev.pair_correlations(Z, pairs) for s, Z in features.items()}
     nulls = spin_nulls(ctx, features, pairs, correlations)
     for j in jobs:
-        yield j, held_out_scores(
-            j.labels_in(wd), features[j.split], pairs, correlations[j.split], A, kept,
-            nulls.get(j.split),
-        )  # fmt: skip
+        labels = j.labels_in(wd)
+        Z, r = features[j.split], correlations[j.split]
+        yield (
+            j,
+            (
+                held_out_scores(labels, Z, pairs, r, A, kept, nulls.get(j.split)),
+                parcel_scores(labels, Z, pairs, r, kept),
+            ),
+        )
 
 
 def _score_as_tasks(
@@ -288,7 +300,16 @@ def _score_on_split(
     pairs = ev.geodesic_pairs(V, A, MAX_DIST_MM)
     r = ev.pair_correlations(Z, pairs)
     null = spin_nulls_from(nulls, kept, {split: Z}, pairs, {split: r}).get(split)
-    return [held_out_scores(j.labels_in(wd), Z, pairs, r, A, kept, null) for j in jobs]
+    out = []
+    for j in jobs:
+        labels = j.labels_in(wd)
+        out.append(
+            (
+                held_out_scores(labels, Z, pairs, r, A, kept, null),
+                parcel_scores(labels, Z, pairs, r, kept),
+            )
+        )
+    return out
 
 
 def _pair_estimate(ctx: RunContext) -> int:

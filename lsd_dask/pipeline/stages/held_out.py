@@ -69,6 +69,8 @@ def scoring_key(ctx: RunContext) -> dict[str, Any]:
         "null_sample": [NULL_VERTICES, NULL_PAIRS],
         "random_state": cfg.random_state,
         "sphere": ctx.sphere_digest if cfg.spins > 0 else None,
+        # the evaluation's per-parcel measures (results written before them lack them)
+        "per_parcel": ["homogeneity", "dcbc"],
         "lsd_dask": __version__,
     }
 
@@ -106,6 +108,28 @@ def held_out_scores(
     with threadpool_limits(1):
         zs = null.z_scores(labels, A) if null is not None else {}
         return {m.name: _with_null(m.score(data, lab), zs.get(m.name)) for m in ev.MEASURES}
+
+
+def parcel_scores(
+    labels: np.ndarray, Z: np.ndarray, pairs: ev.VertexPairs, r: np.ndarray, kept: np.ndarray
+) -> dict[str, list[Any]]:
+    """Each parcel's held-out homogeneity and DCBC on one held-out data set (``Z``, ``r``
+    as for :func:`held_out_scores`), with its id and size: the report's per-parcel view.
+    NaN (a parcel with no bin holding both kinds of pair) is written as None."""
+    lab = labels[kept]
+    hom = ev.parcel_homogeneity(Z, lab)
+    dc = ev.parcel_dcbc(lab, pairs, r, bin_width=BIN_WIDTH_MM)
+    return {
+        "ids": hom.ids.tolist(),
+        "sizes": hom.sizes.tolist(),
+        "homogeneity": _finite(hom.values),
+        "dcbc": _finite(dc.values),
+    }
+
+
+def _finite(values: np.ndarray) -> list[float | None]:
+    """Values for JSON, NaN as None."""
+    return [float(v) if np.isfinite(v) else None for v in values]
 
 
 def log_means(stage: str, what: str, means: dict[str, float | None], log: Any) -> None:

@@ -306,8 +306,9 @@ def test_report_html_holds_the_figures_and_the_table(run):
 
     Collect().feed(page)
     # per K a comparison table (header + 2 methods), the score table (header + 2 methods
-    # x 2 K), the subjects' table (header + a row per subject) and the timings' 2 rows
-    assert Collect.rows == 2 * (1 + 2) + (1 + 4) + (1 + len(study.subjects)) + 2
+    # x 2 K), the subjects' table (header + a row per subject), the timings' 2 rows and
+    # the per-parcel table's header (its rows are the page's script's)
+    assert Collect.rows == 2 * (1 + 2) + (1 + 4) + (1 + len(study.subjects)) + 2 + 1
     assert len(Collect.imgs) == 2  # dice_vs_k and the parcellations
     for src in Collect.imgs:
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"

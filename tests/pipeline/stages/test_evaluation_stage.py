@@ -41,7 +41,13 @@ def test_held_out_scores_equal_the_measures_on_the_other_splits_features(tmp_pat
         )
         assert direction["pca_homogeneity"]["value"] == pytest.approx(ev.pca_homogeneity(Z2, lab1))
         assert direction["pca_homogeneity"]["z"] is None  # no null for Gordon's
-        mean = np.mean([saved[d]["homogeneity"]["value"] for d in saved if d != "mean"])
+        directions = [d for d in saved if d not in ("mean", "parcels")]
+        assert (
+            sorted(saved["parcels"])
+            == sorted(directions)
+            == ["split1_on_split2", "split2_on_split1"]
+        )
+        mean = np.mean([saved[d]["homogeneity"]["value"] for d in directions])
         assert row["heldout_homogeneity"] == pytest.approx(mean)
         # the planted parcels are found: far above their spins on held-out data
         assert row["heldout_homogeneity_z"] > 3 and row["heldout_dcbc"] > 0
