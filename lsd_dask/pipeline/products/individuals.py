@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,14 @@ from ...metrics import dice_same_ids
 from ..engine.context import RunContext
 from .dseg import matched_labels, write_dseg
 
-__all__ = ["BETWEEN_SUBJECTS", "cohort_summary", "individual_html", "write_individual_files"]
+__all__ = [
+    "BETWEEN_SUBJECTS",
+    "ParticipantMap",
+    "cohort_summary",
+    "individual_html",
+    "participant_maps",
+    "write_individual_files",
+]
 
 #: the participants each one's between-subject Dice is taken against (the next ones)
 BETWEEN_SUBJECTS = 10
@@ -158,6 +167,57 @@ def individual_html(section: dict[str, Any] | None) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class ParticipantMap:
+    """One participant's own parcels from one prior, as its files write them.
+
+    Attributes
+    ----------
+    result : dict
+        The participant's result (``participant``, ``split``, ``priors``...).
+    entry : dict
+        The prior's entry in it (``prior``, ``k``, the scores).
+    labels : ndarray of shape (n_vertices,)
+        The map fitted on all its time points, in the ids of the prior's label files.
+    confidence : ndarray of shape (n_vertices,)
+    colours : ndarray
+        The prior's colours by id.
+    atlas : str
+        The participant's files' ``atlas-`` entity.
+    """
+
+    result: dict[str, Any]
+    entry: dict[str, Any]
+    labels: np.ndarray
+    confidence: np.ndarray
+    colours: np.ndarray
+    atlas: str
+
+
+def participant_maps(ctx: RunContext) -> Iterator[ParticipantMap]:
+    """Each participant's own parcels per prior, in the run's order, under the ids and
+    colours of the prior's own label files (nothing without the stage)."""
+    results = ctx.results.get("individual") or {}
+    settings = ctx.cfg.individual
+    if settings is None:
+        return
+    wd = ctx.wd
+    # per (split, K): the prior's ids as its label files write them, colours, atlas name
+    written: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, str]] = {}
+    for result in results.values():
+        if result is None:
+            continue
+        stem = wd.folder.join("individual", result["participant"])
+        labels = wd.load_npy(f"{stem}_labels.npy")
+        confidence = wd.load_npy(f"{stem}_confidence.npy")
+        for p, entry in enumerate(result["priors"]):
+            key = (result["split"], int(entry["k"]))
+            if key not in written:
+                written[key] = _prior_ids(ctx, settings, *key)
+            ids, colours, atlas = written[key]
+            yield ParticipantMap(result, entry, ids[labels[p, 0]], confidence[p], colours, atlas)
+
+
 def write_individual_files(
     ctx: RunContext,
     files: list[Path],
@@ -172,36 +232,23 @@ def write_individual_files(
     prior, the held-out scores), and the confidence as a ``_confidence.shape.gii`` per
     hemisphere. Ids and colours are the prior's as its own label files write them, so
     parcel i names one area in the group's files and every participant's."""
-    results = ctx.results.get("individual") or {}
     settings = ctx.cfg.individual
-    if not results or settings is None:
-        return
-    wd, sizes, out = ctx.wd, ctx.sizes, ctx.cfg.output
-    # per (split, K): the prior's ids as its label files write them, colours, atlas name
-    written: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, str]] = {}
-    for result in results.values():
-        label, split = result["participant"], result["split"]
-        stem = wd.folder.join("individual", label)
-        labels = wd.load_npy(f"{stem}_labels.npy")
-        confidence = wd.load_npy(f"{stem}_confidence.npy")
+    sizes, out = ctx.sizes, ctx.cfg.output
+    for m in participant_maps(ctx):
+        assert settings is not None
+        label, entry, lab = m.result["participant"], m.entry, m.labels
         folder = out / f"sub-{label}" / "anat"
-        for p, entry in enumerate(result["priors"]):
-            k = int(entry["k"])
-            if (split, k) not in written:
-                written[split, k] = _prior_ids(ctx, settings, split, k)
-            ids, colours, atlas = written[split, k]
-            lab = ids[labels[p, 0]]
-            ent = {"sub": label, "space": template["tpl"], "den": template["den"],
-                   "atlas": atlas, "scale": str(k)}  # fmt: skip
-            title = f"sub-{label} {settings.method} from {entry['prior']}"
-            for hemi, conf in (("left", confidence[p, : sizes[0]]),
-                               ("right", confidence[p, sizes[0] :])):  # fmt: skip
-                name = bids_name({"hemi": hemi[0].upper(), **ent}, "confidence", ".shape.gii")
-                files.append(write_shape_gifti(folder / name, conf, hemisphere=hemi,
-                                               name=f"{title}: confidence"))  # fmt: skip
-            sidecar = {**common, **_sidecar(ctx, result, entry, lab)}
-            files += write_dseg(folder, ent, lab, sizes, colours=colours, title=title,
-                                sidecar=sidecar, vertices=vertices)  # fmt: skip
+        ent = {"sub": label, "space": template["tpl"], "den": template["den"],
+               "atlas": m.atlas, "scale": str(int(entry["k"]))}  # fmt: skip
+        title = f"sub-{label} {settings.method} from {entry['prior']}"
+        for hemi, conf in (("left", m.confidence[: sizes[0]]),
+                           ("right", m.confidence[sizes[0] :])):  # fmt: skip
+            name = bids_name({"hemi": hemi[0].upper(), **ent}, "confidence", ".shape.gii")
+            files.append(write_shape_gifti(folder / name, conf, hemisphere=hemi,
+                                           name=f"{title}: confidence"))  # fmt: skip
+        sidecar = {**common, **_sidecar(ctx, m.result, entry, lab)}
+        files += write_dseg(folder, ent, lab, sizes, colours=m.colours, title=title,
+                            sidecar=sidecar, vertices=vertices)  # fmt: skip
 
 
 def _prior_ids(

@@ -5,9 +5,10 @@
   "use strict";
   var data = JSON.parse(document.getElementById("lsd-viewer-data").textContent);
   var el = function (id) { return document.getElementById(id); };
-  var state = { method: null, k: null, split: null, selected: null, view: "lateral" };
+  var state = { method: null, k: null, split: null, selected: null, view: "lateral", subject: null };
   var mesh = [];        // per hemisphere: {n, offset, x, y, z, i, j, k}
   var labelsOf = {};    // "method|k|split" -> Uint16Array over every vertex
+  var own = [];         // per participant map: {labels: Uint16Array, confidence: Float32Array}
   var viewer = window.lsdViewer = { ready: false, state: state, data: data };
 
   async function unpack(b64, Type) {
@@ -48,6 +49,14 @@
   function vertexColours(h) {
     var m = mesh[h], out = new Array(m.n);
     var colours = data.colours[state.method + "|" + state.k];
+    if (state.subject !== null) {
+      var mine = own[state.subject].labels, theirs = data.colours[data.participants[state.subject].colours];
+      for (var u = 0; u < m.n; u++) {
+        var pid = mine[m.offset + u];
+        out[u] = pid === 0 ? data.background : theirs[pid];
+      }
+      return out;
+    }
     if (state.split === "disagreement") {
       var a = labelsOf[key(state.method, state.k, data.splits[0])];
       var b = labelsOf[key(state.method, state.k, data.splits[1])];
@@ -75,8 +84,7 @@
 
   function hoverTexts(h) {
     var m = mesh[h], out = new Array(m.n);
-    var split = state.split === "disagreement" ? data.splits[0] : state.split;
-    var lab = labelsOf[key(state.method, state.k, split)];
+    var lab = viewer.labels();
     for (var v = 0; v < m.n; v++) {
       var id = lab[m.offset + v];
       out[v] = id === 0 ? "not scored (masked)" : "parcel" + String(id).padStart(4, "0");
@@ -96,6 +104,10 @@
   }
 
   function caption() {
+    if (state.subject !== null) {
+      var p = data.participants[state.subject];
+      return "sub-" + p.participant + "'s own parcels from " + priorName(p);
+    }
     if (state.split === "disagreement") {
       return state.method + ", K = " + state.k + ": vertices whose parcel differs between " +
         data.splits.join(" and ") + " (red), after matching the parcels' ids";
@@ -104,7 +116,32 @@
   }
 
   // the hovered vertex: its parcel, size, held-out scores, Dice, and the parcellation's z
+  function priorName(p) { return p.prior; }
+
+  // a participant's vertex: its own parcel, its confidence, the prior's parcel there, and
+  // the participant's scores on held-out halves beside the prior's
+  function describeOwn(vertex) {
+    var p = data.participants[state.subject], id = own[state.subject].labels[vertex];
+    var info = el("lsd-hover");
+    info.dataset.vertex = String(vertex);
+    info.dataset.parcel = String(id);
+    if (id === 0) { info.textContent = "Vertex " + vertex + ": masked, in no parcel."; return; }
+    var lines = ["Vertex " + vertex + ": parcel" + String(id).padStart(4, "0") + " (id " + id +
+      ") in sub-" + p.participant + "'s own parcels from " + priorName(p),
+      "confidence " + fmt(own[state.subject].confidence[vertex], 4)];
+    if (p.prior_method !== null) {
+      var prior = labelsOf[key(p.prior_method, p.k, otherSplit(p.split))];
+      if (prior) lines.push("the prior puts it in parcel " + prior[vertex] + (prior[vertex] === id ? " (the same)" : " (moved)"));
+    }
+    lines.push("sub-" + p.participant + " on held-out halves of its own data: homogeneity " +
+      fmt(p.own.homogeneity) + " (the prior's " + fmt(p.group.homogeneity) + "), DCBC " +
+      fmt(p.own.dcbc) + " (the prior's " + fmt(p.group.dcbc) + "); within-subject Dice " +
+      fmt(p.within_dice) + "; " + fmt(100 * p.moved, 1) + " % of vertices moved from the prior");
+    info.textContent = lines.join("\n");
+  }
+
   function describe(vertex) {
+    if (state.subject !== null) { describeOwn(vertex); return; }
     var split = state.split === "disagreement" ? data.splits[0] : state.split;
     var id = labelsOf[key(state.method, state.k, split)][vertex];
     var info = el("lsd-hover");
@@ -135,7 +172,7 @@
     var split = state.split === "disagreement" ? data.splits[0] : state.split;
     var t = table(state.method, state.k, split), body = el("lsd-parcels").tBodies[0];
     body.innerHTML = "";
-    if (!t) return;
+    if (!t || state.subject !== null) return;  // a participant's parcels: no table of their own
     var colours = data.colours[state.method + "|" + state.k];
     t.ids.forEach(function (id, r) {
       var tr = document.createElement("tr");
@@ -224,6 +261,7 @@
   // for scripts and tests: the labels shown (the first split's where they disagree), and
   // the colour of every vertex of hemisphere h as drawn
   viewer.labels = function () {
+    if (state.subject !== null) return own[state.subject].labels;
     var split = state.split === "disagreement" ? data.splits[0] : state.split;
     return labelsOf[key(state.method, state.k, split)];
   };
@@ -244,6 +282,12 @@
       var view = data.views[s];
       labelsOf[key(view.method, view.k, view.split)] = await unpack(view.labels, Uint16Array);
     }
+    for (var q = 0; q < data.participants.length; q++) {
+      var entry = data.participants[q], raw = await unpack(entry.confidence, Uint16Array);
+      var conf = new Float32Array(raw.length);
+      for (var c = 0; c < raw.length; c++) conf[c] = raw[c] / 65535 * entry.confidence_max;
+      own.push({ labels: await unpack(entry.labels, Uint16Array), confidence: conf });
+    }
     state.method = data.methods[0];
     state.k = data.ks[Math.floor(data.ks.length / 2)];
     state.split = data.splits[0];
@@ -253,10 +297,27 @@
     splitChoices.push(["disagreement", "where the splits disagree"]);
     choices(el("lsd-split"), splitChoices, state.split);
     choices(el("lsd-metric"), data.metrics, "dice");
+    var subjects = [["", data.participants.length ? "the group's parcels" : "no participant's own parcels"]];
+    data.participants.forEach(function (p, q) {
+      subjects.push([String(q), "sub-" + p.participant + "'s own, from " + priorName(p)]);
+    });
+    choices(el("lsd-subject"), subjects, "");
+    el("lsd-subject").disabled = data.participants.length === 0;
+    var shown = new Set(data.participants.map(function (p) { return p.participant; })).size;
+    if (data.participants_total > shown) {
+      el("lsd-subject").title = "the run's first " + shown + " of its " + data.participants_total +
+        " participants (their files hold every participant's)";
+    }
     el("lsd-method").addEventListener("change", function (e) { state.method = e.target.value; state.selected = null; draw(); });
     el("lsd-k").addEventListener("change", function (e) { state.k = Number(e.target.value); state.selected = null; draw(); });
     el("lsd-split").addEventListener("change", function (e) { state.split = e.target.value; state.selected = null; draw(); });
     el("lsd-metric").addEventListener("change", function () { drawScores(); });
+    el("lsd-subject").addEventListener("change", function (e) {
+      state.subject = e.target.value === "" ? null : Number(e.target.value);
+      state.selected = null;
+      ["lsd-method", "lsd-k", "lsd-split"].forEach(function (id) { el(id).disabled = state.subject !== null; });
+      draw();
+    });
     el("lsd-lateral").addEventListener("click", function () { setCamera("lateral"); });
     el("lsd-medial").addEventListener("click", function () { setCamera("medial"); });
     var axis = { visible: false };
@@ -279,8 +340,9 @@
       describe(mesh[p.curveNumber].offset + p.pointNumber);
     });
     gd.on("plotly_click", function (e) {
-      var p = e.points[0], split = state.split === "disagreement" ? data.splits[0] : state.split;
-      var id = labelsOf[key(state.method, state.k, split)][mesh[p.curveNumber].offset + p.pointNumber];
+      var p = e.points[0];
+      if (state.subject !== null) return;
+      var id = viewer.labels()[mesh[p.curveNumber].offset + p.pointNumber];
       // after plotly's own click handling: restyling inside it re-enters it
       if (id !== 0) setTimeout(function () { select(id, true); }, 0);
     });

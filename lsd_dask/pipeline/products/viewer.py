@@ -28,6 +28,7 @@ from ...plotting import display_surfaces
 from ...surface import Mesh
 from ..engine.context import RunContext
 from .dseg import matched_labels
+from .individuals import participant_maps
 
 __all__ = ["display_meshes", "plotly_script", "viewer_html", "viewer_payload"]
 
@@ -43,6 +44,10 @@ METRICS = [
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
 #: the colour of vertices in no parcel (the medial wall)
 BACKGROUND = "#b4b4b4"
+#: the bytes of participants' maps the page holds, whole participants in the run's order
+#: (a map of 64,984 vertices took about 35 kB, labels and confidence, on the realistic
+#: study at K = 400: some 60 maps, beside plotly.js's 4.8 MB and a full-scale run's own)
+PARTICIPANT_BYTES = 2_000_000
 
 
 def viewer_html(ctx: RunContext, report: dict[str, Any]) -> str:
@@ -61,6 +66,7 @@ def viewer_html(ctx: RunContext, report: dict[str, Any]) -> str:
             "split's data; Dice is with the other split's parcel of the same id.</p>",
             "<div class='lsd-controls'><select id='lsd-method'></select> "
             "<select id='lsd-k'></select> <select id='lsd-split'></select> "
+            "<select id='lsd-subject'></select> "
             "<button id='lsd-lateral'>lateral</button> <button id='lsd-medial'>medial"
             "</button></div>",
             "<p id='lsd-caption'></p>",
@@ -102,8 +108,11 @@ def viewer_payload(ctx: RunContext, report: dict[str, Any]) -> dict[str, Any]:
                 {"method": spec.name, "k": k, "split": s, "labels": _packed(labs[s], "<u2")}
                 for s in splits
             ]
+    participants, total = _participants(ctx, colours)
     return {
         "hemispheres": hemispheres,
+        "participants": participants,
+        "participants_total": total,
         "splits": splits,
         "methods": [m.name for m in cfg.methods],
         "ks": sorted(cfg.ks),
@@ -115,6 +124,56 @@ def viewer_payload(ctx: RunContext, report: dict[str, Any]) -> dict[str, Any]:
         "metrics": METRICS,
         "palette": PALETTE,
     }
+
+
+def _participants(
+    ctx: RunContext, colours: dict[str, list[str]]
+) -> tuple[list[dict[str, Any]], int]:
+    """Each shown participant's own parcels per prior (the run's first participants, while
+    their maps take at most :data:`PARTICIPANT_BYTES`), their confidence as 16-bit
+    fractions of its maximum, their scores beside the prior's; and how many participants
+    the run has. The prior's colours join ``colours``."""
+    out: list[dict[str, Any]] = []
+    seen: list[str] = []
+    settings = ctx.cfg.individual
+    if settings is None:
+        return out, 0
+    name = str(settings.prior)
+    is_method = settings.prior_is_method([spec.name for spec in ctx.cfg.methods])
+    used, full = 0, False
+    for m in participant_maps(ctx):
+        label = m.result["participant"]
+        if label not in seen:
+            seen.append(label)
+            full = full or used > PARTICIPANT_BYTES
+        if full:
+            continue
+        k = int(m.entry["k"])
+        key = f"{name}|{k}" if is_method else f"atlas:{name}"
+        colours.setdefault(key, [hex_colour(c) for c in m.colours])
+        top = float(np.max(m.confidence, initial=0.0)) or 1.0
+        conf = np.round(np.clip(m.confidence, 0.0, top) / top * 65535)
+        labels, confidence = _packed(m.labels, "<u2"), _packed(conf, "<u2")
+        used += len(labels) + len(confidence)
+        out.append(
+            {
+                "participant": label,
+                "split": m.result["split"],
+                "prior": str(m.entry["prior"]),  # e.g. "directional K=100 (split2)"
+                # a method prior: its name (the page draws its parcels); an atlas: None
+                "prior_method": name if is_method else None,
+                "k": k,
+                "colours": key,
+                "labels": labels,
+                "confidence": confidence,
+                "confidence_max": top,
+                "own": m.entry["own"]["mean"],
+                "group": m.entry["group"]["mean"],
+                "within_dice": m.entry["within_dice"],
+                "moved": m.entry["moved"],
+            }
+        )
+    return out, len(seen)
 
 
 def display_meshes(ctx: RunContext) -> dict[str, Mesh] | None:

@@ -7,7 +7,6 @@ per-parcel table both ways, with no console error and no network."""
 from __future__ import annotations
 
 import io
-import os
 
 import matplotlib.image as mpimg
 import nibabel as nib
@@ -17,37 +16,7 @@ import pytest
 
 from lsd_dask.io.bids import find_atlas_folder
 from lsd_dask.pipeline.products.viewer import plotly_script
-from lsd_dask.testing.browser import chromium_page, chromium_path
-
-#: the vertex of the left hemisphere nearest the viewer (a parcel's, not the medial
-#: wall's), and where it falls on the page: the pointer put there hovers that vertex
-FRONT = """() => {
-  var gd = document.getElementById('lsd-cortex'), v = window.lsdViewer;
-  var sc = gd._fullLayout.scene._scene, cp = sc.glplot.cameraParams, ds = sc.dataScale;
-  var tr = gd._fullData[0], lab = v.labels(), best = null;
-  function mul(m, x) { var o = [0, 0, 0, 0];
-    for (var r = 0; r < 4; r++) for (var c = 0; c < 4; c++) o[r] += m[c * 4 + r] * x[c];
-    return o; }
-  for (var i = 0; i < tr.x.length; i++) {
-    if (lab[i] === 0) continue;
-    var p = [tr.x[i] * ds[0], tr.y[i] * ds[1], tr.z[i] * ds[2], 1];
-    var c = mul(cp.projection, mul(cp.view, mul(cp.model, p)));
-    var depth = c[2] / c[3];
-    if (best === null || depth < best.depth) best = {vertex: i, depth: depth, c: c};
-  }
-  var rect = sc.container.getBoundingClientRect();
-  return {vertex: best.vertex,
-          x: rect.left + (best.c[0] / best.c[3] + 1) / 2 * rect.width,
-          y: rect.top + (1 - best.c[1] / best.c[3]) / 2 * rect.height};
-}"""
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    if chromium_path() is None:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is not installed in CI (.ci/run installs Debian's chromium).")
-        pytest.skip("Chromium is not installed (apt-get install chromium).")
+from lsd_dask.testing.browser import chromium_page, front_vertex, hover_vertex, require_chromium
 
 
 def _labels(out, method, k, split):
@@ -69,16 +38,6 @@ def _table_colours(out, method, k, split):
     }
 
 
-def _hover(page, at):
-    page.mouse.move(at["x"] + 40, at["y"] + 40)
-    page.mouse.move(at["x"], at["y"])
-    page.wait_for_function(
-        f"document.getElementById('lsd-hover').dataset.vertex === '{at['vertex']}'",
-        timeout=10_000,
-    )
-    return page.locator("#lsd-hover").inner_text()
-
-
 def _expected(report, method, k, split, parcel):
     """What the page must say of ``parcel``, from ``report.json``'s own numbers."""
     table = report["parcels"][method][str(k)][split]
@@ -95,7 +54,8 @@ def _expected(report, method, k, split, parcel):
     ]
 
 
-def test_the_page_draws_names_and_switches_the_parcels(demo, chromium):
+def test_the_page_draws_names_and_switches_the_parcels(demo):
+    require_chromium()
     out, report = demo
     html = (out / "report.html").read_text()
     # one offline file: plotly.js inlined from the package, no script or style fetched
@@ -129,8 +89,8 @@ def test_the_page_draws_names_and_switches_the_parcels(demo, chromium):
 
         # the pointer on a known vertex: its parcel and that parcel's scores
         page.locator("#lsd-cortex").scroll_into_view_if_needed()
-        at = page.evaluate(FRONT)
-        text = _hover(page, at)
+        at = front_vertex(page)
+        text = hover_vertex(page, at)
         parcel = int(_labels(out, method, k, split)[at["vertex"]])
         assert parcel > 0
         for want in _expected(report, method, k, split, parcel):
@@ -142,7 +102,7 @@ def test_the_page_draws_names_and_switches_the_parcels(demo, chromium):
         page.mouse.up()
         page.wait_for_selector(f"#lsd-parcels tr.sel[data-parcel='{parcel}']", timeout=10_000)
         assert page.locator("#lsd-parcels tr.sel").count() == 1
-        again = page.evaluate(FRONT)  # the page did not move
+        again = front_vertex(page)  # the page did not move
         assert again["vertex"] == at["vertex"]
         assert again["x"] == pytest.approx(at["x"]) and again["y"] == pytest.approx(at["y"])
 
@@ -154,7 +114,7 @@ def test_the_page_draws_names_and_switches_the_parcels(demo, chromium):
         )
         table = report["parcels"][method]["12"]["split2"]
         assert page.locator("#lsd-parcels tbody tr").count() == len(table["ids"])
-        text = _hover(page, {**at, "x": at["x"] + 1})
+        text = hover_vertex(page, {**at, "x": at["x"] + 1})
         other = int(_labels(out, method, 12, "split2")[at["vertex"]])
         for want in _expected(report, method, 12, "split2", other):
             assert want in text, (want, text)

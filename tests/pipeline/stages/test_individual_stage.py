@@ -22,6 +22,7 @@ from lsd_dask.io.surface_files import write_label_gifti
 from lsd_dask.pipeline import load_config, run_pipeline, write_study
 from lsd_dask.surface import two_hemisphere_mesh
 from lsd_dask.testing.bids_validator import bids_validator_errors
+from lsd_dask.testing.browser import chromium_page, front_vertex, hover_vertex, require_chromium
 from lsd_dask.testing.xcp_d import XCP_D_ATLAS_CONFIG
 
 
@@ -142,6 +143,50 @@ def test_participant_files_pass_the_validator_and_read_back(own_prior_run, study
         saved = np.load(work / "individual" / f"{label}_confidence.npy")[(5, 10).index(k)]
         np.testing.assert_array_equal(confidence, saved)
         assert np.all((confidence[kept] > 0) & (confidence[kept] <= 1))
+
+
+def test_the_report_page_shows_a_participants_own_parcels_and_confidence(own_prior_run, study):
+    """In headless Chromium: the participant selector draws a participant's own parcels;
+    the pointer on a vertex gives its parcel and confidence as the participant's files
+    hold them, whether it moved from the prior, and the participant's held-out scores."""
+    require_chromium()
+    cfg, report, _ = own_prior_run
+    out = cfg.output
+    sizes = [m.n_vertices for m in study.meshes.values()]
+    with chromium_page() as (page, errors):
+        page.goto((out / "report.html").as_uri())
+        page.wait_for_function("window.lsdViewer && window.lsdViewer.ready", timeout=60_000)
+        shown = page.evaluate("window.lsdViewer.data.participants.map(p => [p.participant, p.k])")
+        # every participant of the run, one map per prior K, in the run's order
+        rows = [[r["participant"], r["k"]] for r in report["individual"]["rows"]]
+        assert sorted(shown) == sorted(rows)
+        label, k = shown[0]
+        page.select_option("#lsd-subject", "0")
+        page.wait_for_function(
+            f"document.getElementById('lsd-caption').textContent.includes('sub-{label}')"
+        )
+        assert page.is_disabled("#lsd-k")
+        at = front_vertex(page)
+        text = hover_vertex(page, at)
+        anat = out / f"sub-{label}" / "anat"
+        stem = f"sub-{label}_hemi-{{}}_space-custom_atlas-directional{k}priorpotts_scale-{k}"
+        own = np.concatenate([
+            nib.load(anat / f"{stem.format(h)}_den-{sizes[0]}_dseg.label.gii").darrays[0].data
+            for h in "LR"
+        ])  # fmt: skip
+        confidence = np.concatenate([
+            nib.load(next(anat.glob(f"{stem.format(h)}*_confidence.shape.gii"))).darrays[0].data
+            for h in "LR"
+        ])  # fmt: skip
+        v = at["vertex"]
+        assert f"parcel{int(own[v]):04d} (id {int(own[v])}) in sub-{label}'s own parcels" in text
+        shown_conf = float(text.split("confidence ")[1].split()[0])
+        assert shown_conf == pytest.approx(float(confidence[v]), abs=1.5e-4)
+        row = next(r for r in report["individual"]["rows"]
+                   if r["participant"] == label and r["k"] == k)  # fmt: skip
+        assert f"homogeneity {row['own_homogeneity']:.3f}" in text
+        assert "(the same)" in text or "(moved)" in text
+    assert errors == []
 
 
 def test_xcp_d_selection_finds_each_participants_atlas_with_a_subject_filter(own_prior_run):
