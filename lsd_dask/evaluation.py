@@ -262,25 +262,29 @@ def parcel_dcbc(
     ``block`` at a time, so that the extra memory stays a few bytes per pair of a block.
     """
     lab, n_parcels = _compact(labels, background)
+    lab32 = lab.astype(np.int32)
     n_bins = int(np.floor(pairs.max_dist / bin_width))
     bins = pairs.bin_index(bin_width)
     cells = n_parcels * n_bins
-    n_w, s_w = np.zeros(cells), np.zeros(cells)
-    n_b, s_b = np.zeros(cells), np.zeros(cells)
+    # per cell (parcel, bin) two slots: 2c + 1 within the parcel, 2c to another parcel;
+    # 2 × cells collects the pairs left out. A pair counts at its first end (either slot)
+    # and, across two parcels, at its second end too: four bincounts a block
+    counts, sums = np.zeros(2 * cells + 1), np.zeros(2 * cells + 1)
     for start in range(0, len(pairs), block):
         end = min(start + block, len(pairs))
-        a, b = lab[pairs.rows[start:end]], lab[pairs.cols[start:end]]
-        bin_, r = bins[start:end].astype(np.int64), correlations[start:end]
-        ok = (a >= 0) & (b >= 0) & (bin_ >= 0)
-        same = ok & (a == b)
-        key = a[same] * n_bins + bin_[same]
-        n_w += np.bincount(key, minlength=cells)
-        s_w += np.bincount(key, weights=r[same], minlength=cells)
-        across = ok & (a != b)
-        for end_of in (a, b):  # a pair across two parcels counts for both
-            key = end_of[across] * n_bins + bin_[across]
-            n_b += np.bincount(key, minlength=cells)
-            s_b += np.bincount(key, weights=r[across], minlength=cells)
+        a, b = lab32[pairs.rows[start:end]], lab32[pairs.cols[start:end]]
+        bin_, r = bins[start:end], correlations[start:end]
+        out = (a < 0) | (b < 0) | (bin_ < 0)
+        same = a == b
+        first = (a * n_bins + bin_) * 2 + same
+        first[out] = 2 * cells
+        second = (b * n_bins + bin_) * 2
+        second[out | same] = 2 * cells
+        for key in (first, second):
+            counts += np.bincount(key, minlength=2 * cells + 1)
+            sums += np.bincount(key, weights=r, minlength=2 * cells + 1)
+    n_w, s_w = counts[1 : 2 * cells : 2], sums[1 : 2 * cells : 2]
+    n_b, s_b = counts[0 : 2 * cells : 2], sums[0 : 2 * cells : 2]
     shape = (n_parcels, n_bins)
     n_w, s_w, n_b, s_b = (x.reshape(shape) for x in (n_w, s_w, n_b, s_b))
     with np.errstate(divide="ignore", invalid="ignore"):
