@@ -591,6 +591,12 @@ def print_table(results: dict[int, dict[str, Any]]) -> None:
         cpu = [individual_cpu_per_participant(results[s]) for s in sizes]
         print("| individual: CPU s/participant | " + " | ".join(f"{v:.3f}" for v in cpu) + " |")
         print(f"| individual: largest / smallest | {max(own) / min(own):.3f} |")
+        if len(sizes) > 1:
+            x = np.array([2.0 * s for s in sizes])
+            y = np.array([results[s]["timings_s"]["individual"] for s in sizes])
+            per, fixed = np.polyfit(x, y, 1)
+            print(f"| individual as fixed + per participant (least squares) | {fixed:.1f} s + "
+                  f"{per:.3f} s/participant |")  # fmt: skip
     print(
         "| workers' first import (s, before the run) | "
         + " | ".join(_import_cell(results[s].get("worker_import_s")) for s in sizes)

@@ -117,6 +117,9 @@ def main() -> None:
           each(lambda lab, _: ev.neighbour_silhouette(Z, lab, A)), m)  # fmt: skip
     timed("Gordon's homogeneity (per parcellation and direction)",
           each(lambda lab, _: ev.pca_homogeneity(Z, lab)), m)  # fmt: skip
+    timed("each parcel's homogeneity and DCBC (per parcellation and direction)",
+          each(lambda lab, _: (ev.parcel_homogeneity(Z, lab),
+                               ev.parcel_dcbc(lab, pairs, r))), m)  # fmt: skip
     timed(f"{args.spins} spins, three measures (per parcellation and direction)",
           each(lambda _, full: null.z_scores(full, A)), m)  # fmt: skip
     print(f"{len(pairs)} pairs ({len(pairs) / n:.0f} per vertex); {null.n_pairs} in the "

@@ -79,6 +79,7 @@ BIDS_IGNORE = (
     "work",
     "surfaces",
     "*_confidence.shape.gii",
+    "*_confidence.dscalar.nii",
 )
 
 

@@ -403,6 +403,25 @@ def write_dlabel(
     return _atomic_save(img, Path(path))
 
 
+def write_dscalar(
+    path: str | os.PathLike[str],
+    values: np.ndarray,
+    hemi_sizes: list[int],
+    *,
+    name: str = "map",
+    vertices: dict[str, np.ndarray] | None = None,
+) -> Path:
+    """A CIFTI-2 dense scalar file (one float32 map) over both cortical surfaces: the
+    :func:`write_dlabel` of a value per vertex (``vertices`` as there)."""
+    columns, models = _surface_models(hemi_sizes, vertices)
+    data = np.asarray(values, np.float32)[columns][None, :]
+    matrix = _SizedMatrix((1, columns.size))
+    matrix.append(cifti2.ScalarAxis([name]).to_mapping(0))
+    matrix.append(models)
+    img = cifti2.Cifti2Image(data, header=cifti2.Cifti2Header(matrix))
+    return _atomic_save(img, Path(path))
+
+
 def cifti_vertices(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """The cortical vertices a CIFTI file's brain models hold, per hemisphere."""
     bm = nib.load(str(path)).header.get_axis(1)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ... import evaluation as ev
 from ...io.bids import bids_label, bids_name
-from ...io.surface_files import write_shape_gifti
+from ...io.surface_files import write_dscalar, write_shape_gifti
 from ...metrics import dice_same_ids
 from ..engine.context import RunContext
 from .dseg import matched_labels, write_dseg
@@ -230,8 +230,9 @@ def write_individual_files(
     ``sub-<label>/anat/``: a ``_dseg.label.gii`` per hemisphere (a ``.dlabel.nii`` too for
     CIFTI input), the ``.tsv`` look-up table and the ``.json`` sidecar (the settings, the
     prior, the held-out scores), and the confidence as a ``_confidence.shape.gii`` per
-    hemisphere. Ids and colours are the prior's as its own label files write them, so
-    parcel i names one area in the group's files and every participant's."""
+    hemisphere (a ``_confidence.dscalar.nii`` too for CIFTI input). Ids and colours are
+    the prior's as its own label files write them, so parcel i names one area in the
+    group's files and every participant's."""
     settings = ctx.cfg.individual
     sizes, out = ctx.sizes, ctx.cfg.output
     for m in participant_maps(ctx):
@@ -246,6 +247,10 @@ def write_individual_files(
             name = bids_name({"hemi": hemi[0].upper(), **ent}, "confidence", ".shape.gii")
             files.append(write_shape_gifti(folder / name, conf, hemisphere=hemi,
                                            name=f"{title}: confidence"))  # fmt: skip
+        if vertices is not None:  # CIFTI input: the confidence as CIFTI too
+            name = bids_name(ent, "confidence", ".dscalar.nii")
+            files.append(write_dscalar(folder / name, m.confidence, sizes,
+                                       name=f"{title}: confidence", vertices=vertices))  # fmt: skip
         sidecar = {**common, **_sidecar(ctx, m.result, entry, lab)}
         files += write_dseg(folder, ent, lab, sizes, colours=m.colours, title=title,
                             sidecar=sidecar, vertices=vertices)  # fmt: skip
@@ -301,7 +306,7 @@ def _sidecar(
         "Participant": label,
         "Runs": result["runs"],
         "TimePoints": result["timepoints"],
-        "Confidence": f"the _confidence.shape.gii beside this file: {confidence}",
+        "Confidence": f"the _confidence maps beside this file: {confidence}",
         "MovedFromPrior": entry["moved"],
         "HeldOutScores": {
             "Description": (

@@ -28,10 +28,10 @@ from lsd_dask.testing.xcp_d import XCP_D_ATLAS_CONFIG
 
 @pytest.fixture(scope="module")
 def own_prior_run(tmp_path_factory, study, scheduler_address):
-    """The small study with ``individual: true`` (prior_potts, the other split's
+    """The small study as CIFTI with ``individual: true`` (prior_potts, the other split's
     directional parcels at K = 5 and 10), its participants as tasks on the cluster."""
     folder = tmp_path_factory.mktemp("individual")
-    write_study(study, folder, fmt="gifti")
+    write_study(study, folder, fmt="cifti")
     cfg = load_config(folder / "pipeline.yaml", ks=[5, 10], spins=100, null_repeats=2,
                       individual=True)  # fmt: skip
     logs: list[str] = []
@@ -117,8 +117,9 @@ def test_participant_files_pass_the_validator_and_read_back(own_prior_run, study
         anat = out / f"sub-{label}" / "anat"
         files = sorted(anat.glob(f"*atlas-directional{k}priorpotts_*"))
         kinds = sorted(parse_bids_name(f.name)[1:] for f in files)
-        assert kinds == [("confidence", ".shape.gii")] * 2 + [("dseg", ".json")] + [
-            ("dseg", ".label.gii")] * 2 + [("dseg", ".tsv")]  # fmt: skip
+        assert kinds == [("confidence", ".dscalar.nii")] + [("confidence", ".shape.gii")] * 2 + [
+            ("dseg", ".dlabel.nii"), ("dseg", ".json")] + [("dseg", ".label.gii")] * 2 + [
+            ("dseg", ".tsv")]  # fmt: skip
         own = np.concatenate([
             nib.load(anat / f"sub-{label}_hemi-{h}_space-custom_atlas-directional{k}priorpotts"
                      f"_scale-{k}_den-{sizes[0]}_dseg.label.gii").darrays[0].data
@@ -143,6 +144,40 @@ def test_participant_files_pass_the_validator_and_read_back(own_prior_run, study
         saved = np.load(work / "individual" / f"{label}_confidence.npy")[(5, 10).index(k)]
         np.testing.assert_array_equal(confidence, saved)
         assert np.all((confidence[kept] > 0) & (confidence[kept] <= 1))
+        # for CIFTI input, the same map as a dense scalar over the input's brain models,
+        # and the parcels as a dense label file, both of which Workbench reads
+        scalar = nib.load(next(anat.glob(f"*directional{k}priorpotts*_confidence.dscalar.nii")))
+        models = scalar.header.get_axis(1)
+        source = nib.load(str(cfg.subjects[0].paths[0])).header.get_axis(1)
+        assert models == source
+        columns = np.concatenate([
+            np.asarray(model.vertex) + (0 if name == "CIFTI_STRUCTURE_CORTEX_LEFT" else sizes[0])
+            for name, _, model in models.iter_structures()
+        ])  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(scalar.dataobj)[0], saved[columns])
+        dense = nib.load(next(anat.glob(f"*directional{k}priorpotts*_dseg.dlabel.nii")))
+        np.testing.assert_array_equal(np.asarray(dense.dataobj)[0], own[columns])
+        _workbench_reads(
+            next(anat.glob(f"*directional{k}priorpotts*_confidence.dscalar.nii")),
+            next(anat.glob(f"*directional{k}priorpotts*_dseg.dlabel.nii")),
+        )
+
+
+def _workbench_reads(*paths):
+    """``wb_command -file-information`` reads each file (skipped without Workbench, which
+    CI installs)."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("wb_command") is None:
+        if os.environ.get("LSD_DASK_REQUIRE_WB"):
+            pytest.fail("wb_command was installed for CI but is not on PATH.")
+        return
+    for path in paths:
+        res = subprocess.run(["wb_command", "-file-information", str(path)],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert res.returncode == 0, res.stderr
 
 
 def test_the_report_page_shows_a_participants_own_parcels_and_confidence(own_prior_run, study):
