@@ -36,11 +36,21 @@ def tree(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail("brainspace (a test dependency) is not installed in CI.")
         pytest.skip("brainspace is not installed (pip install brainspace).")
+    import nibabel as nib
+
     from lsd_dask.datasets import realistic_study
 
     root = tmp_path_factory.mktemp("fmriprep")
     study = realistic_study(scale=100, n_subjects=(3, 3), n_timepoints=40, random_state=0)
     write_study(study, root, fmt="fmriprep")
+    # signal on the first 3,000 grayordinates only, the rest constant (a run masks them;
+    # a constant of each subject's own, so that no two files look alike): the held-out
+    # measures' vertex pairs then number thousands, not conte69's 58.6 million
+    for i, path in enumerate(sorted(root.glob("sub-*/func/*_bold.dtseries.nii")), 1):
+        img = nib.load(str(path))
+        data = np.asarray(img.dataobj).copy()
+        data[:, 3000:] = float(i)
+        nib.save(nib.Cifti2Image(data, header=img.header, nifti_header=img.nifti_header), str(path))
     return root
 
 
