@@ -234,9 +234,10 @@ def write_individual_files(
     the prior's as its own label files write them, so parcel i names one area in the
     group's files and every participant's."""
     settings = ctx.cfg.individual
+    if settings is None:
+        return
     sizes, out = ctx.sizes, ctx.cfg.output
     for m in participant_maps(ctx):
-        assert settings is not None
         label, entry, lab = m.result["participant"], m.entry, m.labels
         folder = out / f"sub-{label}" / "anat"
         ent = {"sub": label, "space": template["tpl"], "den": template["den"],

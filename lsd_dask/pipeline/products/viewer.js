@@ -40,6 +40,11 @@
     return null;
   }
 
+  // the split whose parcels are drawn (the first split's where the splits disagree)
+  function shownSplit() {
+    return state.split === "disagreement" ? data.splits[0] : state.split;
+  }
+
   function otherSplit(split) {
     var s = data.splits;
     return s[(s.indexOf(split) + 1) % s.length];
@@ -142,7 +147,7 @@
 
   function describe(vertex) {
     if (state.subject !== null) { describeOwn(vertex); return; }
-    var split = state.split === "disagreement" ? data.splits[0] : state.split;
+    var split = shownSplit();
     var id = labelsOf[key(state.method, state.k, split)][vertex];
     var info = el("lsd-hover");
     info.dataset.vertex = String(vertex);
@@ -169,7 +174,7 @@
   }
 
   function drawTable() {
-    var split = state.split === "disagreement" ? data.splits[0] : state.split;
+    var split = shownSplit();
     var t = table(state.method, state.k, split), body = el("lsd-parcels").tBodies[0];
     body.innerHTML = "";
     if (!t || state.subject !== null) return;  // a participant's parcels: no table of their own
@@ -262,7 +267,7 @@
   // the colour of every vertex of hemisphere h as drawn
   viewer.labels = function () {
     if (state.subject !== null) return own[state.subject].labels;
-    var split = state.split === "disagreement" ? data.splits[0] : state.split;
+    var split = shownSplit();
     return labelsOf[key(state.method, state.k, split)];
   };
   viewer.colours = vertexColours;
